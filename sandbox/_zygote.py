@@ -1,0 +1,105 @@
+"""The zygote: one process that imports torch once, then forks every rank of a run from that warm state.
+
+It is started by `sandbox.launch` with its own session (so the whole run is one process group the parent can end
+with one signal), reads the run's spec from stdin, forks the ranks, hosts the rendezvous store on a socket bound
+to 127.0.0.1 (like torchrun's agent store), and reports each rank's pid and exit status on stdout as JSON lines.
+If the parent dies, the kernel sends the zygote SIGTERM (PR_SET_PDEATHSIG); it then ends its ranks and removes
+the run's directory, so nothing is left behind. Ranks die with the zygote the same way.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pickle
+import shutil
+import signal
+import socket
+import sys
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int, parent: int) -> None:
+    """Ask the kernel to send `sig` when the parent dies; exit now if it already has."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def say(**msg) -> None:
+    os.write(1, (json.dumps(msg) + "\n").encode())
+
+
+def main() -> None:
+    parent = int(os.environ.get("SANDBOX_PARENT_PID", os.getppid()))
+    run_dir = os.environ.get("SANDBOX_RUN_DIR")
+
+    def orphaned(signum, frame):  # the parent is gone: clean up after it, then end the whole process group
+        if run_dir and os.environ.get("SANDBOX_OWNS_DIR") == "1":
+            shutil.rmtree(run_dir, ignore_errors=True)
+        os.killpg(0, signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, orphaned)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(signal.SIGTERM, parent)
+
+    import torch  # noqa: F401  the one import of torch that every rank shares
+    import torch.distributed  # noqa: F401
+
+    from sandbox import rank as rank_mod
+    from sandbox import trace
+
+    trace.install()
+    spec = pickle.load(sys.stdin.buffer)
+    sys.path[:] = spec.get("sys_path", []) + [p for p in sys.path if p not in spec.get("sys_path", [])]
+    info = {"ready": True, "pid": os.getpid(), "torch": torch.__version__}
+    if spec.get("gpu"):
+        info["gpus"] = torch.cuda.device_count()  # NVML-based (PYTORCH_NVML_BASED_CUDA_CHECK): no CUDA init before fork
+        if info["gpus"] < spec["world_size"]:
+            say(fatal=f"--gpu needs one GPU per rank: {spec['world_size']} ranks, {info['gpus']} GPU(s) visible.",
+                usage=True)
+            return
+    try:
+        rank_mod.prepare(spec)  # import the user's module once, before the fork, so ranks share it
+    except BaseException as e:  # noqa: BLE001  reported to the parent as the run's failure
+        import traceback
+        say(fatal=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-6000:])
+        return
+    say(**info)
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))  # the OS picks the port: concurrent runs never collide
+    listener.listen(1024)
+    port = listener.getsockname()[1]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pids = {}
+    for r in range(spec["world_size"]):
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            rank_mod.main(spec, r, port, zygote=os.getppid())
+            os._exit(70)  # not reached: rank.main always exits
+        pids[pid] = r
+        say(rank=r, pid=pid)
+    store = torch.distributed.TCPStore("127.0.0.1", port, spec["world_size"], True, wait_for_workers=False,
+                                       master_listen_fd=listener.fileno(), use_libuv=True)
+    while pids:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        r = pids.pop(pid, None)
+        if r is not None:
+            say(exit=r, code=os.waitstatus_to_exitcode(status))
+    del store
+    say(done=True)
+
+
+if __name__ == "__main__":
+    main()
+    os._exit(0)

@@ -1,0 +1,155 @@
+"""What runs first inside every rank, right after the zygote forks it.
+
+It gives the rank the environment torchrun would (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...),
+sends its stdout/stderr to its own log file, arms a stack dump on SIGUSR1 (faulthandler works even while the rank
+is blocked inside gloo), starts the tracer, runs the target (a function, a script or a module), records how it
+ended, and exits without ever returning into the zygote's code.
+"""
+from __future__ import annotations
+
+import atexit
+import datetime
+import faulthandler
+import importlib
+import importlib.util
+import os
+import pickle
+import runpy
+import signal
+import sys
+import traceback
+
+from sandbox import trace
+from sandbox._zygote import die_with_parent
+
+_prepared: dict = {}
+
+
+def _resolve(target: dict):
+    """The function named by a func target; a function of a script's __main__ is loaded from its file."""
+    if target["module"] == "__main__":
+        path = target["path"]
+        mod = sys.modules.get("__sandbox_main__")
+        if mod is None:
+            spec = importlib.util.spec_from_file_location("__sandbox_main__", path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["__sandbox_main__"] = mod
+            spec.loader.exec_module(mod)  # its `if __name__ == "__main__"` block does not run
+    else:
+        mod = importlib.import_module(target["module"])
+    obj = mod
+    for part in target["qualname"].split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def prepare(spec: dict) -> None:
+    """In the zygote, before the fork: import what every rank will need (once, shared by all ranks)."""
+    target = spec["target"]
+    if target["kind"] == "func":
+        if target.get("path"):
+            sys.path.insert(0, os.path.dirname(target["path"]))
+        _prepared["fn"] = _resolve(target)
+        _prepared["args"], _prepared["kwargs"] = pickle.loads(target["payload"])
+
+
+def torchrun_env(rank: int, world_size: int, port: int, run_id: str) -> dict[str, str]:
+    """The variables torchrun gives each worker of a single-node job."""
+    return {
+        "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
+        "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(world_size), "ROLE_NAME": "default",
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+        # like torchrun's agent: the store is already hosted (by the zygote), every rank connects as a client
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }
+
+
+def _error_fields(e: BaseException) -> dict:
+    return {"type": type(e).__name__, "message": str(e)[:4000], "traceback": traceback.format_exc()[-12000:],
+            "site": trace._error_site(e)}
+
+
+def main(spec: dict, rank: int, port: int, zygote: int) -> None:
+    die_with_parent(signal.SIGKILL, zygote)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    run_dir, ws = spec["run_dir"], spec["world_size"]
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    log = os.open(os.path.join(run_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    sys.stdout = open(1, "w", buffering=1, closefd=False, errors="backslashreplace")
+    sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")
+    os.environ.update(spec.get("env") or {})
+    os.environ.update(torchrun_env(rank, ws, port, spec["run_id"]))
+    stack = open(os.path.join(run_dir, f"stack-{rank}.txt"), "w")
+    faulthandler.enable(file=sys.stderr, all_threads=True)  # a fatal signal leaves its Python stack in the log
+    faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+    trace.start(os.path.join(run_dir, f"rank-{rank}.jsonl"), rank, world_size=ws, local_rank=rank)
+    code = _run(spec, rank)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _run(spec: dict, rank: int) -> int:
+    import torch
+    import torch.distributed as dist
+
+    target = spec["target"]
+    result = None
+    try:
+        if target["kind"] == "func":
+            if spec.get("gpu"):
+                torch.cuda.set_device(rank)
+            if spec.get("init"):
+                dist.init_process_group(spec.get("backend") or ("nccl" if spec.get("gpu") else "gloo"),
+                                        timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]),
+                                        device_id=torch.device("cuda", rank) if spec.get("gpu") else None)
+            result = _prepared["fn"](*_prepared["args"], **_prepared["kwargs"])
+            if spec.get("init") and dist.is_initialized():
+                dist.destroy_process_group()
+        elif target["kind"] == "script":
+            sys.argv = [target["path"]] + list(target["argv"])
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target["path"])))
+            runpy.run_path(target["path"], run_name="__main__")
+        else:
+            sys.argv = [target["name"]] + list(target["argv"])
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(target["name"], run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+        trace.finish("ok" if code == 0 else "exit", exit_code=code)
+        _atexit()
+        return code
+    except BaseException as e:  # noqa: BLE001  the rank's own failure, reported like Python would, then recorded
+        traceback.print_exc()
+        trace.finish("error", error=_error_fields(e))
+        _atexit()
+        return 1
+    if target["kind"] == "func":
+        try:
+            with open(os.path.join(spec["run_dir"], f"result-{rank}.pkl"), "wb") as f:
+                pickle.dump(result, f)
+        except Exception as e:  # noqa: BLE001
+            print(f"sandbox: the return value of rank {rank} could not be pickled: {e}", file=sys.stderr)
+    trace.finish("ok", exit_code=0)
+    _atexit()
+    return 0
+
+
+def _atexit() -> None:
+    """Run the user's atexit handlers as a normal interpreter exit would."""
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()

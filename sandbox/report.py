@@ -1,0 +1,142 @@
+"""RunResult -> the terminal (rich), plain text, and a timeline picture.
+
+The terminal report reads top-down: the verdict in one line, a table of ranks (outcome, the call each was inside,
+its call site), the diagnosis sentence, then every rank's output with its rank in front, one stable colour per rank.
+NO_COLOR is honoured (by rich).
+"""
+from __future__ import annotations
+
+import sys
+
+from sandbox.result import RunResult
+
+_VERDICT_STYLE = {"ok": "bold green", "error": "bold red", "crash": "bold red", "hang": "bold yellow",
+                  "timeout": "bold yellow", "interrupted": "bold yellow"}
+_OUTCOME_STYLE = {"ok": "green", "error": "red", "crashed": "red", "hung": "yellow", "stopped": "dim"}
+_RANK_COLOURS = ["cyan", "magenta", "green", "blue", "yellow", "bright_red", "bright_cyan", "bright_magenta"]
+
+
+def headline(res: RunResult) -> str:
+    wall = f" in {res.wall_s:.2f} s" if res.wall_s is not None else ""
+    kind = f" [{res.diagnosis.kind}]" if res.diagnosis.kind != "none" else ""
+    return f"{res.verdict.upper()}{kind}: {res.world_size} ranks{wall}"
+
+
+def _pending(r) -> str:
+    return r.pending["call"] if r.pending else ("" if r.outcome == "ok" else "-")
+
+
+def _site(r) -> str:
+    if r.pending:
+        return r.pending.get("site") or ""
+    if r.error and r.error.get("site"):
+        return r.error["site"]
+    return ""
+
+
+def plain(res: RunResult, logs: bool = False) -> str:
+    lines = [headline(res), ""]
+    w = max([len(_pending(r)) for r in res.ranks] + [7])
+    lines.append(f"{'rank':>4}  {'outcome':8}  {'pending call':{w}}  site")
+    for r in res.ranks:
+        lines.append(f"{r.rank:>4}  {r.outcome:8}  {_pending(r):{w}}  {_site(r)}")
+    lines += ["", res.diagnosis.summary]
+    if logs:
+        for r in res.ranks:
+            for line in r.output.splitlines():
+                lines.append(f"[rank {r.rank}] {line}")
+    return "\n".join(lines)
+
+
+def print_result(res: RunResult, logs: bool = True, file=None, max_log_lines: int = 200) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(file=file or sys.stdout, highlight=False, soft_wrap=False)
+    console.print(Text(headline(res), style=_VERDICT_STYLE.get(res.verdict, "bold")))
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for col in ("rank", "outcome", "pending call", "site"):
+        table.add_column(col, overflow="fold")
+    for r in res.ranks:
+        table.add_row(Text(str(r.rank), style=_RANK_COLOURS[r.rank % len(_RANK_COLOURS)]),
+                      Text(r.outcome, style=_OUTCOME_STYLE.get(r.outcome, "")), escape(_pending(r)), escape(_site(r)))
+    console.print(table)
+    console.print()
+    console.print(Text(res.diagnosis.summary, style="bold" if res.verdict != "ok" else ""))
+    if logs:
+        any_output = False
+        for r in res.ranks:
+            out = r.output.splitlines()
+            if not out:
+                continue
+            if not any_output:
+                console.print()
+                any_output = True
+            if len(out) > max_log_lines:
+                console.print(Text(f"[rank {r.rank}] ... {len(out) - max_log_lines} earlier lines", style="dim"))
+                out = out[-max_log_lines:]
+            style = _RANK_COLOURS[r.rank % len(_RANK_COLOURS)]
+            for line in out:
+                t = Text(f"[rank {r.rank}] ", style=style)
+                t.append(line)
+                console.print(t)
+
+
+def timeline(res: RunResult, path: str) -> str:
+    """Save a picture of every rank's distributed calls over time; calls that never returned are marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    events = res.events
+    if not events:
+        raise ValueError("the run recorded no events to draw")
+    t0 = min(e["t"] for e in events)
+    t_end = max(e["t"] for e in events) + 0.05
+    if res.wall_s:
+        t_end = max(t_end, t0 + 0.05)
+    opened: dict = {}
+    bars: dict[int, list] = {r.rank: [] for r in res.ranks}
+    for e in events:
+        if e.get("ev") == "enter":
+            opened[(e["rank"], e["id"])] = e
+        elif e.get("ev") == "exit":
+            s = opened.pop((e["rank"], e.get("id")), None)
+            if s is not None:
+                bars[s["rank"]].append((s, e["t"], bool(e.get("error"))))
+    stuck = list(opened.values())
+    fig_h = 1.2 + 0.55 * len(bars)
+    fig, ax = plt.subplots(figsize=(11, fig_h))
+    palette = plt.get_cmap("tab20")
+    ops = sorted({s["op"] for lst in bars.values() for s, _, _ in lst} | {s["op"] for s in stuck})
+    colour = {op: palette(i % 20) for i, op in enumerate(ops)}
+    for rank, lst in bars.items():
+        for s, end, err in lst:
+            ax.barh(rank, max(end - s["t"], 0.002), left=s["t"] - t0, height=0.6, color=colour[s["op"]],
+                    edgecolor="red" if err else "none", linewidth=1.5 if err else 0)
+    for s in stuck:
+        ax.barh(s["rank"], t_end - s["t"], left=s["t"] - t0, height=0.6, color=colour[s["op"]], hatch="//",
+                edgecolor="red", linewidth=1.5)
+        label = f"stuck: {s['op'] if s['op'] != 'wait' else 'wait ' + str(s.get('of'))}"
+        if s.get("seq"):
+            label += f" #{s['seq']}"
+        ax.text(s["t"] - t0, s["rank"] + 0.38, label, fontsize=8, color="red", va="bottom")
+    for r in res.ranks:
+        ax.text(t_end - t0, r.rank, f"  {r.outcome}", va="center", fontsize=9,
+                color={"ok": "green", "hung": "darkorange"}.get(r.outcome, "red"))
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour[o]) for o in ops]
+    ax.legend(handles, ops, loc="upper center", bbox_to_anchor=(0.5, -0.18 if len(bars) < 4 else -0.1),
+              ncol=min(6, len(ops)), fontsize=8, frameon=False)
+    ax.set_yticks(list(bars))
+    ax.set_yticklabels([f"rank {r}" for r in bars])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the first distributed call")
+    ax.set_xlim(0, (t_end - t0) * 1.12)
+    ax.set_title(f"{headline(res)} - {res.diagnosis.kind}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
