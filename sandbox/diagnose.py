@@ -59,6 +59,7 @@ class RankTrack:
         self.inits: list[dict] = []
         self.new_groups: list[dict] = []
         self.by_bucket: dict[tuple, dict] = {}  # (group name, seq) -> enter event of that collective
+        self.failed_call: dict | None = None    # the distributed call that raised, if one did
         # filled in by the launcher (live) or left None (offline)
         self.pid: int | None = None
         self.exit_code: int | None = None
@@ -83,6 +84,8 @@ class RankTrack:
             start = self.open.pop(ev.get("id"), None)
             if start is not None:
                 start["_exit"] = ev
+                if ev.get("error"):
+                    self.failed_call = start
                 if start.get("async") and not ev.get("error") and start["op"] != "wait":
                     if start["op"] == "batch_isend_irecv":
                         for i, p in enumerate(start.get("p2p", [])):
@@ -202,6 +205,27 @@ def _call(p: dict) -> str:
     if p.get("dtypes") and _is_coll(p):
         bits.append(p["dtypes"][0])
     return " ".join(bits)
+
+
+def _sig(p: dict) -> str:
+    """op(shape, dtype, root) without the group and sequence number: for comparing ranks at one call."""
+    op = p.get("of") if p["op"] == "wait" else p["op"]
+    bits = []
+    if p.get("shapes"):
+        bits.append("shape " + str(p["shapes"][0] if len(p["shapes"]) == 1 else p["shapes"]))
+    if p.get("dtypes"):
+        bits.append(p["dtypes"][0])
+    if p.get("root") is not None:
+        bits.append(f"root {p['root']}")
+    return f"{op}({', '.join(bits)})"
+
+
+def short(msg: str) -> str:
+    """An error's first line, without gloo's source path prefix and boilerplate."""
+    line = _first_line(msg)
+    line = re.sub(r"^\[[^\]]*(third_party|/gloo/)[^\]]*\]\s*", "", line)
+    line = re.sub(r"\s*This is typically caused by.*$", "", line)
+    return line.rstrip(". ")
 
 
 def _stack_top(stack: str | None) -> str | None:
@@ -335,7 +359,7 @@ def _bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
             continue
         culprits = _minority(camps)
         ex = members[culprits[0]]
-        parts = [f"{_ranks(rs)} {'calls' if len(rs) == 1 else 'call'} {_call(members[rs[0]])} at {members[rs[0]].get('site')}"
+        parts = [f"{_ranks(rs)} {'calls' if len(rs) == 1 else 'call'} {_sig(members[rs[0]])} at {members[rs[0]].get('site')}"
                  for rs in sorted(camps.values(), key=len, reverse=True)]
         what = []
         ops = {s[0] for s in camps}
@@ -462,7 +486,15 @@ def diagnose_failure(tracks: dict[int, RankTrack]) -> Diagnosis:
                          p.get("seq") if p else None, p.get("site") if p else None,
                          {"exit_code": t.exit_code, "signal": signal.Signals(-t.exit_code).name
                           if t.exit_code is not None and t.exit_code < 0 and -t.exit_code in signal.Signals._value2member_map_ else None})
-    causes = [t for t in errored if not _PEER_LOST.search((_error_of(t) or {}).get("message", ""))] or errored
+    causes = [t for t in errored if not _PEER_LOST.search((_error_of(t) or {}).get("message", ""))]
+    if not causes and errored:
+        # every error only says "a peer went away": the cause is a rank that was not in the call with them
+        inside = {r: t.failed_call for r, t in tracks.items() if t.failed_call is not None}
+        d = _missing(tracks, inside)
+        if d is not None:
+            d.summary += " " + _peer_words(tracks, d.culprit_ranks)
+            return d
+        causes = errored
     if causes:
         t = first(causes)
         e = _error_of(t)
@@ -470,7 +502,7 @@ def diagnose_failure(tracks: dict[int, RankTrack]) -> Diagnosis:
         inside = f" inside {_call(p)}" if p else ""
         others = [o for o in errored if o is not t]
         tail = (" " + _peer_words(tracks, [t.rank])) if others else ""
-        return Diagnosis("rank_error", f"Rank {t.rank} raised {e['type']}: {_first_line(e['message'])}{inside}"
+        return Diagnosis("rank_error", f"Rank {t.rank} raised {e['type']}: {short(e['message'])}{inside}"
                                        f" at {e.get('site')}.{tail}", [t.rank], p["op"] if p else None,
                          p.get("group") if p else None, p.get("seq") if p else None, e.get("site"),
                          {"error": {k: e[k] for k in ("type", "message", "site") if k in e}})
@@ -490,10 +522,11 @@ def _peer_words(tracks, culprits) -> str:
             continue
         e = _error_of(t)
         if e:
-            saw.append(f"rank {r} got {e['type']}: {_first_line(e['message'])[:160]}")
+            saw.append(f"rank {r} got {e['type']}: {short(e['message'])[:200]}")
         elif t.outcome in ("hung", "stopped") and t.pending is not None:
             saw.append(f"rank {r} was left waiting in {_call(t.pending)}")
     return ("Its peers saw: " + "; ".join(saw) + ".") if saw else ""
+
 
 
 def diagnose_timeout(tracks: dict[int, RankTrack], timeout: float) -> Diagnosis:

@@ -1,0 +1,367 @@
+"""Benchmark of the sandbox's core promises, measured side by side in one run.
+
+    python benchmarks/core.py [--repeat K]        # K repeats of everything (default 5), medians reported
+
+1. start-up:  `python -m sandbox.run -n 4 job.py` (a trivial gloo job: init, one all_reduce, destroy), the whole
+              subprocess, vs `python -c "import torch"`                                   goal: <= 1.5x
+2. torchrun:  the same job under `python -m torch.distributed.run --nproc-per-node 4` vs the sandbox
+                                                                                          goal: sandbox >= 3x faster
+3. scaling:   the sandbox with 8 ranks vs 4 ranks                                         goal: <= 1.3x
+4. tracer:    per-call time of a loop of small all_reduces (2 ranks), traced (the sandbox's tracer, as installed)
+              vs untraced (the same ranks calling the original functions the tracer wrapped, `__sandbox_traced__`);
+              both loops run in the same ranks, in alternating order             goal: <= 1.10x
+              (a plain-python torchrun run of the same loop is shown for reference)
+5. hang:      a 2-rank send/send deadlock; seconds from the last rank blocking (the latest "enter" time of the
+              pending calls) to the verdict: at detection (`blocked_for_s`) and when launch() returned
+                                                                                          goal: <= 1.5 s
+Each repeat runs every measurement once, in an order rotated from repeat to repeat, so the noise of this machine
+hits all of them alike. The script always exits 0: it is a report, not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+PY = sys.executable
+LOOP_CALLS = 2000        # all_reduces per timed loop (part 4)
+LOOP_NUMEL = 16          # floats per all_reduce
+LOOP_WARMUP = 200
+SUBPROCESS_TIMEOUT = 60  # seconds, for every subprocess and every launch()
+
+# ------------------------------------------------------------------------------------------------ job scripts
+
+TRIVIAL_JOB = """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(4)
+dist.all_reduce(t)
+assert t[0].item() == dist.get_world_size()
+dist.destroy_process_group()
+"""
+
+# the loop of part 4 as a plain script, for the torchrun (plain python, no tracer) reference
+LOOP_JOB = f"""\
+import os, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones({LOOP_NUMEL})
+for _ in range({LOOP_WARMUP}):
+    dist.all_reduce(t)
+dist.barrier()
+t0 = time.perf_counter()
+for _ in range({LOOP_CALLS}):
+    dist.all_reduce(t)
+dt = time.perf_counter() - t0
+print(f"PERCALL {{dist.get_rank()}} {{dt / {LOOP_CALLS}!r}}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+# ------------------------------------------------------------------------------------------------ rank functions
+# Run by sandbox.launch: the ranks import this file (as __sandbox_main__), so these live at module level and the
+# module's top level imports nothing heavy.
+
+def _loop_rank(calls: int, numel: int, warmup: int, traced_first: bool) -> dict:
+    """Per-call time of `calls` all_reduces, traced and untraced, in this rank (init done by the sandbox)."""
+    import torch
+    import torch.distributed as dist
+
+    Work = torch._C._distributed_c10d.Work
+    traced_ar, traced_wait = dist.all_reduce, Work.wait
+    plain_ar = getattr(traced_ar, "__sandbox_traced__", traced_ar)
+    plain_wait = getattr(traced_wait, "__sandbox_traced__", traced_wait)
+    t = torch.ones(numel)
+
+    def timed(traced: bool) -> float:
+        ar = traced_ar if traced else plain_ar
+        Work.wait = traced_wait if traced else plain_wait  # the tracer's Work.wait hook, off for "untraced"
+        try:
+            plain_ar(t)  # line both ranks up at the start of the loop (not timed, not traced)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                ar(t)
+            return (time.perf_counter() - t0) / calls
+        finally:
+            Work.wait = traced_wait
+
+    Work.wait = plain_wait
+    try:
+        for _ in range(warmup):
+            plain_ar(t)
+    finally:
+        Work.wait = traced_wait
+    out = {}
+    for traced in ((True, False) if traced_first else (False, True)):
+        out["traced" if traced else "untraced"] = timed(traced)
+    out["was_traced"] = hasattr(traced_ar, "__sandbox_traced__")
+    return out
+
+
+def _sendsend_rank() -> None:
+    """Both ranks send to each other first: neither send can complete (a blocking send/send deadlock)."""
+    import torch
+    import torch.distributed as dist
+
+    me = dist.get_rank()
+    dist.send(torch.ones(4), dst=1 - me)
+    dist.recv(torch.zeros(4), src=1 - me)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+class Failed(Exception):
+    pass
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # what the sandbox gives its ranks, given to torchrun's workers too (torchrun sets OMP_NUM_THREADS=1 itself)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return env
+
+
+def _run(cmd: list[str], cwd: str, timeout: float = SUBPROCESS_TIMEOUT) -> tuple[float, str]:
+    """Wall clock of a subprocess (its own session, so on timeout all it started is ended), and its stdout."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.communicate()
+        raise Failed(f"{' '.join(cmd[:4])} ... took more than {timeout:g} s") from None
+    dt = time.perf_counter() - t0
+    if p.returncode != 0:
+        tail = (err or out).decode(errors="replace").strip().splitlines()[-3:]
+        raise Failed(f"{' '.join(cmd[:4])} ... exited {p.returncode}: {' | '.join(tail)}")
+    return dt, out.decode(errors="replace")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(n: int, script: str, cwd: str) -> tuple[float, str]:
+    return _run([PY, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-addr", "127.0.0.1",
+                 "--master-port", str(_free_port()), script], cwd)
+
+
+def _sig(x: float) -> str:
+    """2-3 significant digits."""
+    if x == 0:
+        return "0"
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def _secs(x: float | None) -> str:
+    return "-" if x is None else f"{_sig(x)} s"
+
+
+def _us(x: float | None) -> str:
+    return "-" if x is None else f"{_sig(x * 1e6)} us"
+
+
+def _median(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+# ------------------------------------------------------------------------------------------------ measurements
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python benchmarks/core.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=5, metavar="K", help="repeats of every measurement (default 5)")
+    a = ap.parse_args(argv)
+    K = max(1, a.repeat)
+
+    import sandbox
+    from sandbox import launch
+
+    samples: dict[str, list] = {}
+    failures: dict[str, list[str]] = {}
+
+    def record(name: str, value) -> None:
+        samples.setdefault(name, []).append(value)
+
+    def fail(name: str, why: str) -> None:
+        failures.setdefault(name, []).append(why)
+
+    t_begin = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sandbox-bench-") as tmp:
+        job = os.path.join(tmp, "job.py")
+        loop_job = os.path.join(tmp, "loop_job.py")
+        with open(job, "w") as f:
+            f.write(TRIVIAL_JOB)
+        with open(loop_job, "w") as f:
+            f.write(LOOP_JOB)
+
+        def import_torch():
+            record("import_torch", _run([PY, "-c", "import torch"], tmp)[0])
+
+        def sandbox_n(n):
+            def go():
+                record(f"sandbox_{n}", _run([PY, "-m", "sandbox.run", "-n", str(n), job], REPO)[0])
+            return go
+
+        def torchrun_4():
+            record("torchrun_4", _torchrun(4, job, tmp)[0])
+
+        k_box = [0]
+
+        def tracer_loop():
+            traced_first = k_box[0] % 2 == 0
+            res = launch(_loop_rank, world_size=2, args=(LOOP_CALLS, LOOP_NUMEL, LOOP_WARMUP, traced_first),
+                         init=True, timeout=SUBPROCESS_TIMEOUT)
+            if not res.ok:
+                raise Failed(f"loop run: {res.verdict}: {res.diagnosis.summary}")
+            vals = res.values
+            if not all(v["was_traced"] for v in vals):
+                raise Failed("the ranks' dist.all_reduce is not the tracer's wrapper: nothing to compare")
+            # the ranks are coupled by every all_reduce: the slower rank's loop is the loop's time
+            record("loop_traced", max(v["traced"] for v in vals))
+            record("loop_untraced", max(v["untraced"] for v in vals))
+            record("loop_events", len(res.events))
+
+        def torchrun_loop():
+            _, out = _torchrun(2, loop_job, tmp)
+            per = [float(line.split()[2]) for line in out.splitlines() if line.startswith("PERCALL ")]
+            if len(per) != 2:
+                raise Failed(f"torchrun loop printed {len(per)} PERCALL lines, not 2")
+            record("loop_torchrun", max(per))
+
+        def hang():
+            res = launch(_sendsend_rank, world_size=2, init=True, hang_after=1.0, timeout=SUBPROCESS_TIMEOUT)
+            t_back = time.time()
+            if res.verdict != "hang":
+                raise Failed(f"send/send deadlock came back as {res.verdict!r}, not 'hang': {res.diagnosis.summary}")
+            since = [r.pending["since"] for r in res.ranks if r.pending and r.pending.get("since") is not None]
+            if len(since) != 2:  # fall back on the trace: the last "enter" without an "exit" of each rank
+                exited = {(e.get("rank"), e.get("id")) for e in res.events if e.get("ev") == "exit"}
+                since = [e["t"] for e in res.events if e.get("ev") == "enter"
+                         and (e.get("rank"), e.get("id")) not in exited]
+            if not since:
+                raise Failed("no pending call found in the hang's result")
+            last_block = max(since)
+            detect = res.diagnosis.details.get("blocked_for_s")
+            record("hang_detect", detect)
+            record("hang_return", t_back - last_block)
+            record("hang_wall", res.wall_s)
+
+        tasks = [("import torch", import_torch), ("sandbox -n 4", sandbox_n(4)), ("sandbox -n 8", sandbox_n(8)),
+                 ("torchrun 4", torchrun_4), ("tracer loop", tracer_loop), ("torchrun loop", torchrun_loop),
+                 ("hang", hang)]
+
+        print(f"sandbox {sandbox.__version__} at {REPO}; python {sys.version.split()[0]}; {os.cpu_count()} CPUs;"
+              f" load {os.getloadavg()[0]:.2f}; {K} repeats", flush=True)
+        # warm-up, not counted: page cache for torch's files, __pycache__ of the job scripts
+        for name, cmd, cwd in (("import torch", [PY, "-c", "import torch"], tmp),
+                               ("sandbox -n 2", [PY, "-m", "sandbox.run", "-n", "2", job], REPO)):
+            try:
+                _run(cmd, cwd)
+            except Failed as e:
+                print(f"  warm-up {name} failed: {e}")
+        for k in range(K):
+            k_box[0] = k
+            order = tasks[k % len(tasks):] + tasks[:k % len(tasks)]
+            t_rep = time.perf_counter()
+            for name, go in order:
+                try:
+                    go()
+                except Failed as e:
+                    fail(name, str(e))
+                except Exception as e:  # noqa: BLE001  a benchmark keeps going and says what broke
+                    fail(name, f"{type(e).__name__}: {e}")
+            print(f"  repeat {k + 1}/{K}: {time.perf_counter() - t_rep:.1f} s", flush=True)
+
+    m = {name: _median(v) for name, v in samples.items()}
+    g = m.get
+
+    def ratio(x, y):
+        return None if x is None or y is None or y == 0 else x / y
+
+    rows = []  # (what, value, baseline name, baseline value, ratio text, goal, ok)
+
+    def row(what, val, fmt, base_name, base, r, goal_text, ok):
+        rows.append((what, fmt(val), base_name, fmt(base), "-" if r is None else f"{_sig(r)}x", goal_text,
+                     "-" if ok is None else ("PASS" if ok else "MISS")))
+
+    r1 = ratio(g("sandbox_4"), g("import_torch"))
+    row("1. sandbox.run -n 4 (whole process)", g("sandbox_4"), _secs, "import torch", g("import_torch"), r1,
+        "<= 1.5x", None if r1 is None else r1 <= 1.5)
+    r2 = ratio(g("torchrun_4"), g("sandbox_4"))
+    row("2. torchrun 4 / sandbox 4", g("torchrun_4"), _secs, "sandbox -n 4", g("sandbox_4"), r2,
+        ">= 3x", None if r2 is None else r2 >= 3.0)
+    r3 = ratio(g("sandbox_8"), g("sandbox_4"))
+    row("3. sandbox.run -n 8", g("sandbox_8"), _secs, "sandbox -n 4", g("sandbox_4"), r3,
+        "<= 1.3x", None if r3 is None else r3 <= 1.3)
+    r4 = ratio(g("loop_traced"), g("loop_untraced"))
+    row("4. all_reduce per call, traced", g("loop_traced"), _us, "untraced", g("loop_untraced"), r4,
+        "<= 1.10x", None if r4 is None else r4 <= 1.10)
+    r4b = ratio(g("loop_traced"), g("loop_torchrun"))
+    row("   (reference) traced vs torchrun", g("loop_traced"), _us, "torchrun", g("loop_torchrun"), r4b, "", None)
+    row("5. hang: last block -> launch() returned", g("hang_return"), _secs, "", None, None,
+        "<= 1.5 s", None if g("hang_return") is None else g("hang_return") <= 1.5)
+    row("   hang: last block -> detection", g("hang_detect"), _secs, "", None, None,
+        "<= 1.5 s", None if g("hang_detect") is None else g("hang_detect") <= 1.5)
+
+    head = ("measure", "median", "baseline", "median", "ratio", "goal", "")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    print()
+    print("  ".join(str(h).ljust(w) for h, w in zip(head, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+
+    print(f"\nmedians of {K} repeats; samples (s, or us per call):")
+    labels = {"import_torch": "import torch", "sandbox_4": "sandbox -n 4", "sandbox_8": "sandbox -n 8",
+              "torchrun_4": "torchrun 4", "loop_traced": "loop traced", "loop_untraced": "loop untraced",
+              "loop_torchrun": "loop torchrun", "hang_detect": "hang detect", "hang_return": "hang return",
+              "hang_wall": "hang launch wall"}
+    for key, label in labels.items():
+        vs = samples.get(key)
+        if not vs:
+            continue
+        scale = 1e6 if key.startswith("loop_") else 1.0
+        print(f"  {label:<17} " + " ".join(_sig(v * scale) for v in vs))
+    if g("hang_return") is not None and g("hang_detect") is not None:
+        print(f"  hang: {_secs(g('hang_return') - g('hang_detect'))} from detection to launch() returning"
+              " (stacks, kill, reap, diagnosis)")
+    if g("loop_traced") is not None and g("loop_untraced") is not None:
+        print(f"  tracer: +{_us(g('loop_traced') - g('loop_untraced'))} per traced call"
+              f" ({_sig(g('loop_events') or 0)} trace events per loop run)")
+    for name, whys in failures.items():
+        print(f"  FAILED {name} ({len(whys)}x): {whys[0]}")
+    print(f"\ntotal {time.perf_counter() - t_begin:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+    sys.exit(0)

@@ -1,0 +1,178 @@
+"""Small rank programs for the tests: one per thing the sandbox must recognise. Each is a plain function the
+ranks import; the process group is created by the function itself, as a user's code would."""
+import datetime
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def _init(timeout=30):
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def ok_sum(n=3):
+    rank, ws = _init()
+    t = torch.full((n,), float(rank + 1))
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return t.tolist()
+
+
+def env_view():
+    keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
+            "TORCHELASTIC_RUN_ID", "ROLE_RANK"]
+    return {k: os.environ.get(k) for k in keys}
+
+
+def op_mismatch():
+    rank, _ = _init()
+    t = torch.ones(4)
+    if rank == 1:
+        dist.all_gather([torch.empty(4) for _ in range(dist.get_world_size())], t)  # BUG: the odd one out
+    else:
+        dist.all_reduce(t)
+
+
+def shape_mismatch():
+    rank, _ = _init()
+    t = torch.ones(4 if rank != 2 else 6)  # BUG: rank 2 contributes a different size -> gloo aborts
+    dist.all_reduce(t)
+    dist.all_reduce(t)
+
+
+def missing_rank():
+    rank, ws = _init()
+    sub = dist.new_group([0, 1])
+    t = torch.ones(2)
+    if rank == 0:
+        dist.all_reduce(t)  # on the world group; rank 1 went elsewhere
+    elif rank == 1:
+        dist.barrier(group=sub)  # waits for rank 0 on the sub-group
+    else:
+        dist.all_reduce(t)
+
+
+def exits_early():
+    rank, ws = _init()
+    t = torch.ones(2)
+    if rank == ws - 1:
+        return "done early"  # BUG: skips the collective the others wait in
+    dist.all_reduce(t)
+
+
+def group_order():
+    rank, ws = _init()
+    if rank == 0:  # BUG: rank 0 builds the groups in another order
+        a = dist.new_group([0, 1])
+        b = dist.new_group([1, 2])
+    else:
+        b = dist.new_group([1, 2])
+        a = dist.new_group([0, 1])
+    if rank in (0, 1):
+        dist.all_reduce(torch.ones(1), group=a)
+
+
+def group_lists():
+    rank, ws = _init()
+    g = dist.new_group([0, 1] if rank == 0 else [0, 1, 2])  # BUG: rank 0 passes another rank list
+    if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
+        dist.all_reduce(torch.ones(1), group=g)
+
+
+def send_cycle():
+    rank, _ = _init()
+    peer = 1 - rank
+    dist.send(torch.ones(8), dst=peer)  # BUG: both send first; a gloo send waits for the recv
+    dist.recv(torch.empty(8), src=peer)
+
+
+def ring_cycle():
+    rank, ws = _init()
+    dist.recv(torch.empty(2), src=(rank - 1) % ws)  # BUG: everyone receives first
+    dist.send(torch.ones(2), dst=(rank + 1) % ws)
+
+
+def p2p_fixed():
+    rank, ws = _init()
+    peer = 1 - rank
+    out, got = torch.full((8,), float(rank)), torch.empty(8)
+    reqs = [dist.isend(out, dst=peer), dist.irecv(got, src=peer)]
+    for r in reqs:
+        r.wait()
+    ops = [dist.P2POp(dist.isend, out, peer), dist.P2POp(dist.irecv, got, peer)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    dist.destroy_process_group()
+    return got[0].item()
+
+
+def init_mismatch(port):
+    rank = int(os.environ["RANK"])
+    ws = int(os.environ["WORLD_SIZE"])
+    method = f"tcp://localhost:{port}" if rank == 0 else "env://"  # BUG: a hard-coded endpoint on one path
+    dist.init_process_group("gloo", init_method=method, rank=rank, world_size=ws,
+                            timeout=datetime.timedelta(seconds=30))
+
+
+def crash_in_call():
+    rank, _ = _init()
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)  # a native crash of one rank
+    dist.all_reduce(t)
+
+
+def exit_code():
+    rank, _ = _init()
+    if rank == 0:
+        os._exit(3)
+    dist.barrier()
+
+
+def raises():
+    rank, _ = _init()
+    dist.barrier()
+    if rank == 2:
+        raise ValueError("bad batch on rank 2")
+    dist.all_reduce(torch.ones(1))
+
+
+def straggler(seconds=30):
+    rank, _ = _init()
+    if rank == 1:
+        time.sleep(seconds)  # busy in its own code, not stuck: the others will get their all_reduce eventually
+    dist.all_reduce(torch.ones(1))
+
+
+def object_collectives():
+    rank, ws = _init()
+    objs = [None] * ws
+    dist.all_gather_object(objs, {"rank": rank})
+    box = [rank * 10] if rank == 0 else [None]
+    dist.broadcast_object_list(box, src=0)
+    gathered = [None] * ws if rank == 0 else None
+    dist.gather_object(rank, gathered, dst=0)
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+    dist.destroy_process_group()
+    return [o["rank"] for o in objs], box[0], gathered
+
+
+def async_collective():
+    rank, ws = _init()
+    t = torch.ones(3)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    out = [torch.empty(3) for _ in range(ws)]
+    dist.all_gather(out, t)
+    dist.destroy_process_group()
+    return t.tolist()
+
+
+def prints_and_returns(x):
+    print(f"hello from {os.environ['RANK']}")
+    return x * int(os.environ["RANK"])
