@@ -365,7 +365,7 @@ def _bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
         ops = {s[0] for s in camps}
         if len(ops) > 1:
             what.append("op")
-        if len({s[1] for s in camps}) > 1:
+        if len(ops) == 1 and len({s[1] for s in camps}) > 1:
             what.append("root")
         if len({s[2] for s in camps}) > 1:
             what.append("shape")

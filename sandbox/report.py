@@ -23,7 +23,16 @@ def headline(res: RunResult) -> str:
 
 
 def _pending(r) -> str:
-    return r.pending["call"] if r.pending else ("" if r.outcome == "ok" else "-")
+    p = r.pending
+    if not p:
+        return "" if r.outcome == "ok" else "-"
+    text = f"{p['op']}" + (f" #{p['seq']}" if p.get("seq") else "")
+    if p.get("peer") is not None:
+        text += f" peer {p['peer']}"
+    elif p.get("group"):
+        g = p["group"]
+        text += f" on {g if len(g) <= 8 else f'[{g[0]}..{g[-1]}] ({len(g)} ranks)'}"
+    return text
 
 
 def _site(r) -> str:
@@ -54,7 +63,9 @@ def print_result(res: RunResult, logs: bool = True, file=None, max_log_lines: in
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(file=file or sys.stdout, highlight=False, soft_wrap=False)
+    out = file or sys.stdout
+    console = Console(file=out, highlight=False, soft_wrap=False,
+                      width=None if out.isatty() else 120)
     console.print(Text(headline(res), style=_VERDICT_STYLE.get(res.verdict, "bold")))
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col in ("rank", "outcome", "pending call", "site"):

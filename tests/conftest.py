@@ -14,6 +14,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/scenario
 # (not to init), so `leftovers()` finds it by parentage.
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
+# Runs of this test session make their temp dirs here, so the leftovers check sees only ours.
+_TMP = tempfile.mkdtemp(prefix="sandbox-tests-")
+os.environ["TMPDIR"] = _TMP
+tempfile.tempdir = _TMP
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import shutil
+    shutil.rmtree(_TMP, ignore_errors=True)
+
 
 def python() -> str:
     return sys.executable
