@@ -277,7 +277,11 @@ class Run:
             sizes = now
             time.sleep(0.03)
         self._pump(0)
-        self._kill()
+        for t in live:  # the zygote reaps them and reports their exits; _reap then ends what is left
+            try:
+                os.kill(t.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for t in live:
             t.outcome = "hung" if (t.pending is not None and why in ("hang", "timeout", "interrupted")) else "stopped"
 
@@ -366,7 +370,8 @@ class Run:
                 rr.error = {"type": "start", "message": self.fatal["fatal"]}
                 rr.output = rr.output or zlog
         events = sorted((e for t in self.tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
-        return RunResult(verdict, self.n, wall, diag, ranks, events, None if self.owns_dir else self.dir)
+        return RunResult(verdict, self.n, wall, diag, ranks, events, None if self.owns_dir else self.dir,
+                         self.proc.pid if self.proc else None)
 
     def run(self) -> RunResult:
         t0 = time.monotonic()

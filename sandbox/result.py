@@ -59,6 +59,7 @@ class RunResult:
     ranks: list[RankResult]
     events: list[dict] = field(default_factory=list, repr=False)
     run_dir: str | None = None
+    pgid: int | None = None  # the run's process group (the zygote's pid): empty once the run returned
 
     @property
     def ok(self) -> bool:
@@ -79,6 +80,8 @@ class RunResult:
              "diagnosis": self.diagnosis.to_dict(), "ranks": [r.to_dict() for r in self.ranks]}
         if self.run_dir:
             d["trace_dir"] = self.run_dir
+        if self.pgid:
+            d["pgid"] = self.pgid
         if events:
             d["events"] = self.events
         return d

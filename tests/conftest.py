@@ -72,10 +72,15 @@ def port_is_listening(port: int) -> bool:
 
 
 def assert_group_gone(pgid: int) -> None:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return
+    import time
+    deadline = time.monotonic() + 2  # SIGKILL is delivered asynchronously; zombies re-parented here are reaped
+    while time.monotonic() < deadline:
+        leftovers()
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
     raise AssertionError(f"process group {pgid} of a finished run still has members")
 
 
