@@ -191,7 +191,7 @@ def _sig(x: float) -> str:
     """2-3 significant digits."""
     if x == 0:
         return "0"
-    return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+    return f"{x:#.3g}".rstrip(".") if abs(x) < 1000 else f"{x:.0f}"  # 1.00, 0.931, 692, 1234
 
 
 def _secs(x: float | None) -> str:
