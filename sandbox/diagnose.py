@@ -110,6 +110,9 @@ class RankTrack:
 
     @property
     def finished(self) -> bool:
+        """Done with its own code; a rank the sandbox ended (hung/stopped) is judged as it was when it was ended."""
+        if self.outcome in ("hung", "stopped"):
+            return False
         return self.exit_code is not None or self.end is not None
 
 
@@ -251,7 +254,7 @@ def where(t: RankTrack) -> str:
     """A few words on where a rank is now."""
     if t.pending is not None:
         return f"in {_call(t.pending)} at {t.pending.get('site')}"
-    if t.exit_code is not None or t.end is not None:
+    if (t.exit_code is not None or t.end is not None) and t.outcome not in ("hung", "stopped"):
         code = t.exit_code if t.exit_code is not None else t.end.get("exit_code")
         if t.end is not None and t.end.get("outcome") == "error":
             return f"already failed ({t.end['error']['type']} at {t.end['error'].get('site')})"
@@ -503,7 +506,7 @@ def diagnose_failure(tracks: dict[int, RankTrack]) -> Diagnosis:
         others = [o for o in errored if o is not t]
         tail = (" " + _peer_words(tracks, [t.rank])) if others else ""
         return Diagnosis("rank_error", f"Rank {t.rank} raised {e['type']}: {short(e['message'])}{inside}"
-                                       f" at {e.get('site')}.{tail}", [t.rank], p["op"] if p else None,
+                                       f"{' at ' + e['site'] if e.get('site') else ' before any of its own code ran'}.{tail}", [t.rank], p["op"] if p else None,
                          p.get("group") if p else None, p.get("seq") if p else None, e.get("site"),
                          {"error": {k: e[k] for k in ("type", "message", "site") if k in e}})
     return Diagnosis("none", "The run failed without a recorded cause.", [], None, None, None, None, {})

@@ -151,6 +151,8 @@ class Run:
         self.env_extra = {"TORCH_DISTRIBUTED_DEBUG": debug} if debug else {}
         self.tracks = {r: RankTrack(r) for r in range(world_size)}
         self.tails = {r: _Tail(os.path.join(self.dir, f"rank-{r}.jsonl")) for r in range(world_size)}
+        self.raw: dict[int, list[bytes]] = {r: [] for r in range(world_size)}
+        self.last: dict[int, bytes] = {r: b"" for r in range(world_size)}
         self.log_tails = {r: _Tail(os.path.join(self.dir, f"rank-{r}.log")) for r in range(world_size)} \
             if on_output else {}
         self.proc: subprocess.Popen | None = None
@@ -210,17 +212,35 @@ class Run:
             elif msg.get("done"):
                 self.done = True
 
-    def _pump(self, wait: float) -> None:
+    def _pump(self, wait: float, parse: bool = True) -> None:
+        """Read what the zygote and the ranks wrote. Trace lines are parsed only when `parse` is set: while the
+        ranks run, the watchdog looks at each rank's last line alone, so tracing a busy loop costs the parent
+        next to nothing."""
         self._zygote_messages(wait)
         for r, tail in self.tails.items():
-            for line in tail.lines():
-                try:
-                    self.tracks[r].feed(json.loads(line))
-                except (json.JSONDecodeError, KeyError):
-                    pass
+            lines = tail.lines()
+            if lines:
+                self.raw[r].extend(lines)
+                self.last[r] = lines[-1]
+        if parse:
+            self._parse()
         for r, tail in self.log_tails.items():
             for line in tail.lines():
                 self.on_output(r, line.decode(errors="replace"))
+
+    def _parse(self) -> None:
+        for r, lines in self.raw.items():
+            t = self.tracks[r]
+            for line in lines:
+                try:
+                    t.feed(json.loads(line))
+                except (json.JSONDecodeError, KeyError):
+                    pass
+            lines.clear()
+
+    def _maybe_blocked(self) -> bool:
+        """Cheap: is every live rank's last trace line the entry into a call?"""
+        return all(self.last[t.rank].startswith(b'{"ev":"enter"') for t in self._live())
 
     def _live(self) -> list[RankTrack]:
         return [t for t in self.tracks.values() if t.exit_code is None]
@@ -236,7 +256,7 @@ class Run:
     def _watch(self) -> None:
         start = time.monotonic()
         while not self.done and self.fatal is None:
-            self._pump(_POLL_S)
+            self._pump(_POLL_S, parse=False)
             if all(t.exit_code is not None for t in self.tracks.values()):
                 self.done = True
                 break
@@ -246,15 +266,19 @@ class Run:
                 self.fail_t = time.monotonic()
             if self.fail_t is not None:
                 # give the peers a moment to report what they saw, then end the ones that are stuck
+                self._parse()
                 since = time.monotonic() - self.fail_t
                 if self._live() and (since >= self.hang_after or self._blocked_for(now) >= min(0.3, self.hang_after)):
                     self._stop("failure")
                     break
-            elif self._blocked_for(now) >= self.hang_after and not progress_possible(self.tracks):
-                self.detect_s = self._blocked_for(now)
-                self._stop("hang")
-                break
+            elif self._maybe_blocked():
+                self._parse()
+                if self._blocked_for(now) >= self.hang_after and not progress_possible(self.tracks):
+                    self.detect_s = self._blocked_for(now)
+                    self._stop("hang")
+                    break
             if time.monotonic() - start > self.timeout:
+                self._parse()
                 self._stop("timeout")
                 break
 

@@ -74,6 +74,11 @@ _new_groups = 0
 _groups: dict[int, tuple] = {}
 _outstanding: dict[int, tuple] = {}
 _skip_cache: dict[str, bool] = {}
+_display_cache: dict[str, str] = {}
+# the static part of an enter event (everything but id, time and seq), as a JSON fragment, keyed by what it
+# depends on: op, call site, and the arguments' shapes/dtypes/devices/groups. Cleared whenever groups change.
+_static: dict[tuple, tuple] = {}
+_STATIC_MAX = 4096
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # the sandbox's plumbing: frames in these files are never the user's call site
@@ -91,20 +96,31 @@ def _skip(filename: str) -> bool:
     return hit
 
 
-def call_site(depth: int = 2) -> tuple[str, str]:
-    """(file:line, function) of the first frame outside torch and the sandbox's plumbing."""
-    f = sys._getframe(depth)
+def _user_frame(depth: int):
+    f = sys._getframe(depth + 1)
     while f is not None and _skip(f.f_code.co_filename):
         f = f.f_back
+    return f
+
+
+def _display(filename: str) -> str:
+    shown = _display_cache.get(filename)
+    if shown is None:
+        try:
+            rel = os.path.relpath(filename)
+            shown = rel if not rel.startswith("..") else filename
+        except ValueError:
+            shown = filename
+        _display_cache[filename] = shown
+    return shown
+
+
+def call_site(depth: int = 2) -> tuple[str, str]:
+    """(file:line, function) of the first frame outside torch and the sandbox's plumbing."""
+    f = _user_frame(depth)
     if f is None:
         return "?", "?"
-    fn = f.f_code.co_filename
-    try:
-        rel = os.path.relpath(fn)
-        fn = rel if not rel.startswith("..") else fn
-    except ValueError:
-        pass
-    return f"{fn}:{f.f_lineno}", f.f_code.co_name
+    return f"{_display(f.f_code.co_filename)}:{f.f_lineno}", f.f_code.co_name
 
 
 def emit(event: dict) -> None:
@@ -170,9 +186,9 @@ def _endpoint(init_method, store) -> str:
     return method
 
 
-def _describe(name, kind, spec, args, kwargs) -> dict:
+def _describe(name, kind, spec, args, kwargs, frame) -> dict:
     _, idx, argname, rootname = spec
-    site, func = call_site(3)
+    site, func = (f"{_display(frame.f_code.co_filename)}:{frame.f_lineno}", frame.f_code.co_name) if frame else ("?", "?")
     ev = {"ev": "enter", "rank": _rank, "op": name, "site": site, "func": func}
     if kind == "init":
         bound = dict(zip(("backend", "init_method", "timeout", "world_size", "rank", "store"), args))
@@ -224,9 +240,6 @@ def _describe(name, kind, spec, args, kwargs) -> dict:
         else:
             ev["root"] = root
     if kind == "coll":
-        key = ev.get("gname", "?")
-        _seq[key] = _seq.get(key, 0) + 1
-        ev["seq"] = _seq[key]
         ev["sig"] = f"{name}|{ev.get('root')}|{ev.get('shapes')}|{ev.get('dtypes')}"
     elif name == "batch_isend_irecv":
         ops = _arg(args, kwargs, 0, "p2p_op_list") or []
@@ -256,6 +269,55 @@ _ASYNC_INDEX = {"all_reduce": 3, "all_gather": 3, "all_gather_into_tensor": 3, "
                 "gather": 4, "scatter": 4, "barrier": 1, "all_reduce_coalesced": 3}
 
 
+def _key(v):
+    """A hashable summary of an argument, as far as the event depends on it."""
+    if isinstance(v, torch.Tensor):
+        return (v.shape, v.dtype, v.device)
+    if isinstance(v, (list, tuple)):
+        return tuple(_key(x) for x in v)
+    if v is None or isinstance(v, (int, float, str, bool)):
+        return v
+    try:
+        hash(v)
+        return (type(v), v) if not isinstance(v, dist.ProcessGroup) else ("pg", id(v))
+    except TypeError:
+        return ("obj", id(v))
+
+
+def _enter(name, kind, spec, cacheable, args, kwargs) -> dict:
+    """Write the enter event of a call; returns its fields (only the cheap ones on the fast path)."""
+    frame = _user_frame(2)
+    hit = key = None
+    if cacheable:
+        key = (name, frame.f_code if frame else None, frame.f_lineno if frame else None, _key(args),
+               _key(tuple(kwargs.items())) if kwargs else None)
+        hit = _static.get(key)
+    if hit is None:
+        ev = _describe(name, kind, spec, args, kwargs, frame)
+        static = {k: v for k, v in ev.items() if k not in ("ev", "rank", "t", "id", "seq")}
+        hit = (json.dumps(static, separators=(",", ":"), default=str)[1:-1].encode(), static.get("gname", "?"),
+               static)
+        if key is not None:
+            if len(_static) >= _STATIC_MAX:
+                _static.clear()
+            _static[key] = hit
+        if not cacheable:  # rare calls (init, new_group, object collectives) keep their full event
+            ev["id"] = _ids
+            if kind == "coll":
+                _seq[hit[1]] = _seq.get(hit[1], 0) + 1
+                ev["seq"] = _seq[hit[1]]
+            emit(ev)
+            return ev
+    frag, gname, static = hit
+    if kind == "coll":
+        seq = _seq[gname] = _seq.get(gname, 0) + 1
+        os.write(_fd, b'{"ev":"enter","rank":%d,"id":%d,"t":%.6f,"seq":%d,%s}\n'
+                 % (_rank, _ids, time.time(), seq, frag))
+        return {**static, "id": _ids, "seq": seq} if static.get("async") else {"id": _ids}
+    os.write(_fd, b'{"ev":"enter","rank":%d,"id":%d,"t":%.6f,%s}\n' % (_rank, _ids, time.time(), frag))
+    return {**static, "id": _ids} if static.get("async") else {"id": _ids}
+
+
 def _remember_work(work, ev) -> None:
     if len(_outstanding) >= _MAX_OUTSTANDING:  # never waited on: forget the oldest rather than grow forever
         _outstanding.pop(next(iter(_outstanding)))
@@ -265,6 +327,8 @@ def _remember_work(work, ev) -> None:
 def _wrap(name: str, fn):
     spec = _SPECS[name]
     kind = spec[0]
+
+    cacheable = kind in ("coll", "p2p") and "object" not in name and name != "batch_isend_irecv"
 
     @functools.wraps(fn)
     def traced(*args, **kwargs):
@@ -276,9 +340,7 @@ def _wrap(name: str, fn):
         try:
             try:
                 _ids += 1
-                ev = _describe(name, kind, spec, args, kwargs)
-                ev["id"] = _ids
-                emit(ev)
+                ev = _enter(name, kind, spec, cacheable, args, kwargs)
             except Exception as e:  # the tracer must never break the user's call
                 ev = None
                 emit({"ev": "tracer_error", "rank": _rank, "op": name, "error": repr(e)})
@@ -290,22 +352,27 @@ def _wrap(name: str, fn):
                           "error": f"{type(e).__name__}: {e}"[:2000]})
                 raise
             if ev is not None:
-                done = {"ev": "exit", "rank": _rank, "id": ev["id"], "op": name}
-                if kind == "init":
-                    done["world_size"] = dist.get_world_size()
-                    done["group"] = list(range(done["world_size"]))
-                elif kind == "new_group":
-                    info = group_info(out) if out is not None else None
-                    done["gname"], done["group"] = info if info else (None, None)
-                if ev.get("async") and out is not None:
-                    works = out if isinstance(out, list) else [out]
-                    for i, w in enumerate(works):
-                        sub = dict(ev)
-                        if name == "batch_isend_irecv" and i < len(ev.get("p2p", [])):
-                            sub["op"] = ev["p2p"][i]["op"]
-                            sub["peer"] = ev["p2p"][i]["peer"]
-                        _remember_work(w, sub)
-                emit(done)
+                if kind in ("init", "new_group", "local"):
+                    _static.clear()  # groups changed: cached group names may be stale
+                    done = {"ev": "exit", "rank": _rank, "id": ev["id"], "op": name}
+                    if kind == "init":
+                        done["world_size"] = dist.get_world_size()
+                        done["group"] = list(range(done["world_size"]))
+                    elif kind == "new_group":
+                        info = group_info(out) if out is not None else None
+                        done["gname"], done["group"] = info if info else (None, None)
+                    emit(done)
+                else:
+                    if ev.get("async") and out is not None:
+                        works = out if isinstance(out, list) else [out]
+                        for i, w in enumerate(works):
+                            sub = dict(ev)
+                            if name == "batch_isend_irecv" and i < len(ev.get("p2p", [])):
+                                sub["op"] = ev["p2p"][i]["op"]
+                                sub["peer"] = ev["p2p"][i]["peer"]
+                            _remember_work(w, sub)
+                    os.write(_fd, b'{"ev":"exit","rank":%d,"id":%d,"op":"%s","t":%.6f}\n'
+                             % (_rank, ev["id"], name.encode(), time.time()))
             return out
         finally:
             _tls.depth = 0

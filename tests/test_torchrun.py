@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import ROOT, leftovers, run_cli
 
 EX = os.path.join(ROOT, "examples")
@@ -19,13 +21,28 @@ def _free_port():
         return s.getsockname()[1]
 
 
+_started = []
+
+
+@pytest.fixture(autouse=True)
+def _end_torchruns():
+    """Whatever a test's outcome, no torchrun agent or worker of it outlives it."""
+    yield
+    while _started:
+        p = _started.pop()
+        if p.poll() is None:
+            _stop([p])
+
+
 def _torchrun(trace_dir, script, nproc, nnodes=1, node_rank=0, port=None):
     args = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
             f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port or _free_port()}",
             "-m", "sandbox.trace", "--trace-dir", str(trace_dir), script]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    _started.append(p)
+    return p
 
 
 def _pending_ops(trace_dir, n):
@@ -110,3 +127,17 @@ def test_two_nodes(tmp_path):
     groups = {json.loads(open(tmp_path / f"rank-{r}.jsonl").readline())["group_rank"] for r in (0, 1)}
     assert groups == {"0", "1"}  # one rank on each "node"
     assert leftovers() == []
+
+
+def test_two_nodes_ok(tmp_path):
+    port = _free_port()
+    procs = [_torchrun(tmp_path, os.path.join(EX, "allreduce.py"), 2, nnodes=2, node_rank=k, port=port) for k in (0, 1)]
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        outs.append(out)
+        assert p.returncode == 0, out
+    assert "".join(outs).count("sum over 4 ranks: [10.0, 10.0, 10.0, 10.0]") == 4
+    d = json.loads(run_cli("sandbox.diagnose", "--json", str(tmp_path)).stdout)
+    assert d["verdict"] == "ok" and d["world_size"] == 4
+    assert {json.loads(open(tmp_path / f"rank-{r}.jsonl").readline())["group_rank"] for r in range(4)} == {"0", "1"}
