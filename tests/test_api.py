@@ -1,0 +1,104 @@
+"""The launch API from a script, from pytest, and from a real Jupyter kernel."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import scenarios
+from conftest import ROOT, leftovers
+from sandbox import UsageError, launch
+
+
+def test_values_output_and_kwargs(clean):
+    res = launch(scenarios.prints_and_returns, world_size=3, args=(7,))
+    assert res.ok and res.values == [0, 7, 14]
+    assert [r.output.strip() for r in res.ranks] == ["hello from 0", "hello from 1", "hello from 2"]
+
+
+def test_init_true_creates_and_destroys_the_group(clean):
+    res = launch(scenarios.env_view, world_size=2, init=True)
+    assert res.ok
+    ops = [e["op"] for e in res.events if e["ev"] == "enter" and e["rank"] == 0]
+    assert ops == ["init_process_group", "destroy_process_group"]
+    assert res.values[1]["RANK"] == "1" and res.values[1]["WORLD_SIZE"] == "2"
+
+
+def test_object_and_async_calls_are_traced(clean):
+    res = launch(scenarios.object_collectives, world_size=3)
+    assert res.ok, res.diagnosis.summary
+    assert res.values[0] == ([0, 1, 2], 0, [0, 1, 2])
+    ops = [e["op"] for e in res.events if e["ev"] == "enter" and e["rank"] == 1]
+    # nested calls (gather_object runs all_gather/gather inside) are not recorded twice
+    assert ops == ["init_process_group", "all_gather_object", "broadcast_object_list", "gather_object",
+                   "monitored_barrier", "destroy_process_group"]
+    seqs = [e["seq"] for e in res.events if e["ev"] == "enter" and e["rank"] == 1 and "seq" in e]
+    assert seqs == [0, 1, 2, 3, 4]
+    res = launch(scenarios.p2p_fixed, world_size=2)
+    assert res.ok and res.values == [1.0, 0.0]
+    r0 = [e for e in res.events if e["ev"] == "enter" and e["rank"] == 0]
+    assert [e["op"] for e in r0[1:]] == ["isend", "irecv", "wait", "wait", "batch_isend_irecv", "wait", "wait",
+                                         "destroy_process_group"]
+    waits = [e for e in r0 if e["op"] == "wait"]
+    assert [(w["of"], w["peer"]) for w in waits] == [("isend", 1), ("irecv", 1), ("isend", 1), ("irecv", 1)]
+    assert all(w["site"].startswith("tests/scenarios.py:") for w in r0)
+
+
+def test_events_carry_the_call_details(clean):
+    res = launch(scenarios.async_collective, world_size=2)
+    assert res.ok
+    enter = next(e for e in res.events if e["ev"] == "enter" and e["op"] == "all_gather" and e["rank"] == 1)
+    assert enter["group"] == [0, 1] and enter["seq"] == 2 and enter["shapes"] == [[3]]
+    assert enter["dtypes"] == ["float32"] and enter["devices"] == ["cpu"] and enter["func"] == "async_collective"
+    init = next(e for e in res.events if e.get("op") == "init_process_group" and e["rank"] == 0)
+    assert init["backend"] == "gloo" and init["init_method"] == "env://" and init["MASTER_ADDR"] == "127.0.0.1"
+    assert init["endpoint"] == f"127.0.0.1:{init['MASTER_PORT']}"
+
+
+def test_bad_targets_are_usage_errors():
+    with pytest.raises(UsageError, match="module level"):
+        launch(lambda: None, world_size=2)
+    with pytest.raises(UsageError, match="at least 1"):
+        launch(scenarios.ok_sum, world_size=0)
+    with pytest.raises(UsageError, match="positive"):
+        launch(scenarios.ok_sum, world_size=2, timeout=-1)
+
+
+def test_from_a_script(tmp_path, clean):
+    script = tmp_path / "drive.py"
+    script.write_text(textwrap.dedent("""
+        import torch.distributed as dist
+        from sandbox import launch
+
+        def work():
+            dist.init_process_group("gloo")
+            dist.barrier()
+            return dist.get_rank()
+
+        if __name__ == "__main__":
+            res = launch(work, world_size=3)
+            print(res.verdict, res.values)
+    """))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.stdout.strip() == "ok [0, 1, 2]", p.stderr
+
+
+def test_from_a_jupyter_kernel(clean):
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.path.dirname(__file__)))
+    try:
+        code = ("import scenarios\nfrom sandbox import launch\n"
+                "ok = launch(scenarios.ok_sum, world_size=2)\n"
+                "bad = launch(scenarios.send_cycle, world_size=2)\n"
+                "print(ok.verdict, ok.values[0], bad.verdict, bad.diagnosis.kind)")
+        out = []
+        reply = kc.execute_interactive(code, timeout=90, output_hook=lambda m: out.append(m))
+        assert reply["content"]["status"] == "ok", reply["content"]
+        text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
+        assert text.strip() == "ok [3.0, 3.0, 3.0] hang p2p_cycle"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
