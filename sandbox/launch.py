@@ -161,6 +161,7 @@ class Run:
         self.stopped_for: str | None = None
         self.fail_t: float | None = None
         self.detect_s: float | None = None
+        self.ended_at: float | None = None
 
     # ------------------------------------------------------------------------------------------- process plumbing
     def _start(self) -> None:
@@ -285,6 +286,7 @@ class Run:
     def _stop(self, why: str) -> None:
         """Fetch every live rank's Python stack, then end the whole run."""
         self.stopped_for = why
+        self.ended_at = time.time()
         live = [t for t in self._live() if t.pid]
         for t in live:
             try:
@@ -395,7 +397,7 @@ class Run:
                 rr.output = rr.output or zlog
         events = sorted((e for t in self.tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
         return RunResult(verdict, self.n, wall, diag, ranks, events, None if self.owns_dir else self.dir,
-                         self.proc.pid if self.proc else None)
+                         self.proc.pid if self.proc else None, self.ended_at or time.time())
 
     def run(self) -> RunResult:
         t0 = time.monotonic()

@@ -106,9 +106,7 @@ def timeline(res: RunResult, path: str) -> str:
     if not events:
         raise ValueError("the run recorded no events to draw")
     t0 = min(e["t"] for e in events)
-    t_end = max(e["t"] for e in events) + 0.05
-    if res.wall_s:
-        t_end = max(t_end, t0 + 0.05)
+    t_end = max(max(e["t"] for e in events), res.ended_at or 0) + 0.01
     opened: dict = {}
     bars: dict[int, list] = {r.rank: [] for r in res.ranks}
     for e in events:
@@ -134,19 +132,19 @@ def timeline(res: RunResult, path: str) -> str:
         label = f"stuck: {s['op'] if s['op'] != 'wait' else 'wait ' + str(s.get('of'))}"
         if s.get("seq"):
             label += f" #{s['seq']}"
-        ax.text(s["t"] - t0, s["rank"] + 0.38, label, fontsize=8, color="red", va="bottom")
+        ax.text(s["t"] - t0 + (t_end - t0) * 0.01, s["rank"], label, fontsize=8, color="black", va="center",
+                fontweight="bold", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
     for r in res.ranks:
         ax.text(t_end - t0, r.rank, f"  {r.outcome}", va="center", fontsize=9,
                 color={"ok": "green", "hung": "darkorange"}.get(r.outcome, "red"))
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[o]) for o in ops]
-    ax.legend(handles, ops, loc="upper center", bbox_to_anchor=(0.5, -0.18 if len(bars) < 4 else -0.1),
-              ncol=min(6, len(ops)), fontsize=8, frameon=False)
+    ax.legend(handles, ops, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_yticks(list(bars))
     ax.set_yticklabels([f"rank {r}" for r in bars])
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first distributed call")
     ax.set_xlim(0, (t_end - t0) * 1.12)
-    ax.set_title(f"{headline(res)} - {res.diagnosis.kind}", fontsize=10)
+    ax.set_title(headline(res) + "  (hatched: calls that never returned)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -60,6 +60,7 @@ class RunResult:
     events: list[dict] = field(default_factory=list, repr=False)
     run_dir: str | None = None
     pgid: int | None = None  # the run's process group (the zygote's pid): empty once the run returned
+    ended_at: float | None = None  # time.time() when the run ended (or was ended by the sandbox)
 
     @property
     def ok(self) -> bool:
