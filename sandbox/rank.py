@@ -132,7 +132,7 @@ def _run(spec: dict, rank: int) -> int:
         _atexit()
         return code
     except BaseException as e:  # noqa: BLE001  the rank's own failure, reported like Python would, then recorded
-        traceback.print_exc()
+        _print_user_traceback(e)
         trace.finish("error", error=_error_fields(e))
         _atexit()
         return 1
@@ -145,6 +145,14 @@ def _run(spec: dict, rank: int) -> int:
     trace.finish("ok", exit_code=0)
     _atexit()
     return 0
+
+
+def _print_user_traceback(e: BaseException) -> None:
+    """The traceback as the user's own program would print it: without the sandbox's and runpy's frames on top."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None and trace._skip(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb)
 
 
 def _atexit() -> None:
