@@ -132,11 +132,15 @@ def test_two_nodes(tmp_path):
 def test_two_nodes_ok(tmp_path):
     port = _free_port()
     procs = [_torchrun(tmp_path, os.path.join(EX, "allreduce.py"), 2, nnodes=2, node_rank=k, port=port) for k in (0, 1)]
-    outs = []
-    for p in procs:
-        out, _ = p.communicate(timeout=120)
-        outs.append(out)
-        assert p.returncode == 0, out
+    outs = [""] * 2
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    for i, p in enumerate(procs):
+        if p.poll() is None:
+            _stop([p])
+        outs[i] = p.stdout.read()
+    assert [p.returncode for p in procs] == [0, 0], "\n---\n".join(outs)
     assert "".join(outs).count("sum over 4 ranks: [10.0, 10.0, 10.0, 10.0]") == 4
     d = json.loads(run_cli("sandbox.diagnose", "--json", str(tmp_path)).stdout)
     assert d["verdict"] == "ok" and d["world_size"] == 4

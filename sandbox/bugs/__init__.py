@@ -1,0 +1,130 @@
+"""The bug catalogue: one module per bug, each with `broken()` and `fixed()` side by side and a `BUG` record.
+
+Adding a bug is adding one module here; the CLI (`python -m sandbox.repro`), the tests and the docs read this
+registry. A module defines:
+
+    BUG = Bug(slug=..., title=..., source=..., symptom=..., world_size=4, min_world_size=2, needs="cpu",
+              broken=Expect(...), fixed=Expect(...))
+    def broken(**kw): ...      # runs on every rank, like the source document's code
+    def fixed(**kw): ...
+    def reference(**kw): ...   # optional: the single-process answer the fixed variant must match
+    def options(world_size, gpu) -> dict   # optional: keyword arguments chosen in the parent (ports, sizes)
+
+Nothing here imports torch: the registry is read by the parent, the modules' functions run in the ranks.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Expect:
+    """What a variant must show. Every field that is set must hold."""
+    verdict: str | tuple[str, ...] = "ok"              # one verdict, or any of several (gloo hangs or aborts)
+    kind: str | None = None                             # the sandbox's diagnosis kind
+    culprits: list[int] | str | None = None             # culprit ranks; "others" = every rank but 0
+    error: str | None = None                            # a regex that some rank's error or output must match
+    output: str | None = None                           # a regex that some rank's output must match
+    matches_reference: bool = False                     # each rank's value equals reference() (torch.testing)
+    note: str = ""                                      # how to read it, in one line
+
+    def describe(self) -> str:
+        v = self.verdict if isinstance(self.verdict, str) else " or ".join(self.verdict)
+        bits = [v]
+        if self.kind:
+            bits.append(self.kind)
+        if self.culprits is not None:
+            bits.append(f"culprits {self.culprits}")
+        if self.error:
+            bits.append(f"error /{self.error}/")
+        if self.matches_reference:
+            bits.append("= single-process reference")
+        return ", ".join(bits)
+
+
+@dataclass
+class Bug:
+    slug: str
+    title: str
+    source: str
+    symptom: str
+    broken: Expect
+    fixed: Expect
+    world_size: int = 4
+    min_world_size: int = 2
+    needs: str = "cpu"          # cpu | gpu | simulated (runs on CPU, with absent hardware simulated)
+    timeout: float = 60.0
+    module: str = field(default="", repr=False)
+
+    @property
+    def doc(self) -> str:
+        return importlib.import_module(self.module).__doc__ or ""
+
+
+def registry() -> dict[str, Bug]:
+    bugs = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        bug = getattr(mod, "BUG", None)
+        if isinstance(bug, Bug):
+            bug.module = mod.__name__
+            bugs[bug.slug] = bug
+    return bugs
+
+
+def check(bug: Bug, expect: Expect, res, reference=None) -> tuple[bool, list[str]]:
+    """Does a RunResult show what `expect` documents? Returns (ok, reasons it did not)."""
+    why = []
+    verdicts = (expect.verdict,) if isinstance(expect.verdict, str) else expect.verdict
+    if res.verdict not in verdicts:
+        why.append(f"verdict {res.verdict}, expected {' or '.join(verdicts)}")
+    if expect.kind and res.diagnosis.kind != expect.kind:
+        why.append(f"diagnosis {res.diagnosis.kind}, expected {expect.kind}")
+    if expect.culprits is not None:
+        want = list(range(1, res.world_size)) if expect.culprits == "others" else expect.culprits
+        if res.diagnosis.culprit_ranks != want:
+            why.append(f"culprits {res.diagnosis.culprit_ranks}, expected {want}")
+    texts = [(r.error or {}).get("message", "") + "\n" + r.output for r in res.ranks] + [res.diagnosis.summary]
+    if expect.error and not any(re.search(expect.error, t) for t in texts):
+        why.append(f"no rank's error matches /{expect.error}/")
+    if expect.output and not any(re.search(expect.output, r.output) for r in res.ranks):
+        why.append(f"no rank's output matches /{expect.output}/")
+    if expect.matches_reference and res.verdict == "ok":
+        ref = reference if reference is not None else _reference_of(res)
+        if ref is None:
+            why.append("no reference to compare with")
+        else:
+            for r in res.ranks:
+                got = (r.value or {}).get("value")
+                want = ref
+                if isinstance(ref, dict) and set(ref) == {"per_rank"}:
+                    want = ref["per_rank"][r.rank]
+                if not close(got, want):
+                    why.append(f"rank {r.rank} differs from the single-process reference: {_brief(got)} != {_brief(want)}")
+    return not why, why
+
+
+def _reference_of(res):
+    v = res.ranks[0].value if res.ranks else None
+    return v.get("reference") if isinstance(v, dict) else None
+
+
+def close(a, b, rtol=1e-5, atol=1e-6) -> bool:
+    """Recursive equality with a float tolerance (float32 sums in another order differ in the last bits)."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(close(x, y, rtol, atol) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k], rtol, atol) for k in a)
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return a == b
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+def _brief(x, n=80) -> str:
+    s = repr(x)
+    return s if len(s) <= n else s[:n - 3] + "..."
