@@ -455,7 +455,8 @@ def diagnose_failure(tracks: dict[int, RankTrack]) -> Diagnosis:
     """A rank crashed or raised: name the first real cause, and what its peers saw."""
     crashed = [t for t in tracks.values() if t.outcome == "crashed"]
     errored = [t for t in tracks.values() if t.outcome == "error"]
-    pend = {r: t.pending for r, t in tracks.items() if t.pending is not None}
+    # where each rank was: the call it is inside, or the distributed call that raised
+    pend = {r: t.pending or t.failed_call for r, t in tracks.items() if (t.pending or t.failed_call) is not None}
     # DETAIL mode names the mismatch itself
     for t in errored:
         e = _error_of(t)
@@ -519,17 +520,23 @@ def _first_line(msg: str) -> str:
 
 
 def _peer_words(tracks, culprits) -> str:
-    saw = []
+    """What the other ranks saw, with ranks that saw the same thing named together."""
+    saw: dict[str, list[int]] = {}
     for r, t in sorted(tracks.items()):
         if r in culprits:
             continue
         e = _error_of(t)
         if e:
-            saw.append(f"rank {r} got {e['type']}: {short(e['message'])[:200]}")
+            what = f"{e['type']}: {short(e['message'])[:200]}"
         elif t.outcome in ("hung", "stopped") and t.pending is not None:
-            saw.append(f"rank {r} was left waiting in {_call(t.pending)}")
-    return ("Its peers saw: " + "; ".join(saw) + ".") if saw else ""
-
+            what = f"was left waiting in {_call(t.pending)}"
+        else:
+            continue
+        saw.setdefault(what, []).append(r)
+    parts = [f"{_ranks(rs)} {'got ' if not what.startswith('was ') else ''}{what}" if not what.startswith("was ")
+             else f"{_ranks(rs)} {what if len(rs) == 1 else what.replace('was ', 'were ', 1)}"
+             for what, rs in saw.items()]
+    return ("Its peers saw: " + "; ".join(parts) + ".") if parts else ""
 
 
 def diagnose_timeout(tracks: dict[int, RankTrack], timeout: float) -> Diagnosis:

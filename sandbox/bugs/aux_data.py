@@ -1,0 +1,91 @@
+"""aux-data: the embedding side writes request metadata into the first block of its allocation only; every TP
+rank of the language side reads its own first block.
+
+Source: the project's source document "aux-data" (disaggregated serving: an embedding worker hands a request's
+embeddings and metadata to a 4-way tensor-parallel language worker through a shared block pool).
+
+Symptom: TP1 and TP3 log `Unexpected: Transferring status but sent_tokens=0 >= actual_total_length=0`
+and keep polling, TP0 and TP2 resume; the run then fails at the next status sync (a collective mismatch: the
+resumed ranks all_gather their first token while the others are still in the poll's all_reduce).
+
+Root cause: the request's allocation is two runs of 16 blocks (blocks 0-15 and 16-31). The sender writes the
+metadata (sent_tokens, actual_total_length) only into the first block of each run. TP rank r reads block 8*r:
+TP0 reads block 0 and TP2 block 16 (metadata), TP1 block 8 and TP3 block 24 (zeros). The poll status is
+synced with all_reduce, so every rank sees "transfer done", but each then checks its own metadata: half of them
+find zeros and disagree with the others about what happens next.
+
+Fix: all_reduce(MAX) `actual_total_length` and `sent_tokens` over a gloo group right after reading; ranks without
+metadata take part with placeholders (their zeros), so every rank sees the real values, runs the same steps and
+resumes.
+
+Run: python -m sandbox.repro aux-data
+    (pasted from a real run below, see RUN_OUTPUT)
+"""
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from sandbox.bugs import Bug, Expect
+
+BUG = Bug(
+    slug="aux-data", title="Metadata in the first block only: half the TP ranks read zeros",
+    source="embedding -> language handoff in disaggregated serving (source document: aux-data)",
+    symptom="TP1/TP3: Unexpected: Transferring status but sent_tokens=0 >= actual_total_length=0",
+    world_size=4, min_world_size=4, needs="cpu",
+    broken=Expect(("hang", "crash"), "collective_mismatch", [1, 3],
+                  output=r"Unexpected: Transferring status but sent_tokens=0 >= actual_total_length=0"),
+    fixed=Expect("ok", matches_reference=True))
+
+BLOCKS, BLOCKS_PER_RUN, TP = 32, 16, 4
+TRANSFERRING, SUCCESS = 1, 2
+PROMPT_TOKENS = 37
+
+
+def embedding_side():
+    """The sender: the request's embeddings fill all blocks; its metadata goes to the first block of each run."""
+    meta = torch.zeros(BLOCKS, 2, dtype=torch.int64)  # per block: (sent_tokens, actual_total_length)
+    for first in range(0, BLOCKS, BLOCKS_PER_RUN):
+        meta[first] = torch.tensor([PROMPT_TOKENS, PROMPT_TOKENS])  # BUG (sender): first block of the run only
+    return meta
+
+
+def language_side(sync_metadata):
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    tp = dist.get_rank()
+    cpu_group = dist.new_group(list(range(dist.get_world_size())), backend="gloo")
+    block = tp * (BLOCKS // TP)  # each TP rank reads the first block of its own slice
+    sent_tokens, actual_total_length = (int(v) for v in embedding_side()[block])
+    if sync_metadata:  # FIX: every rank takes part; ranks without metadata bring their zeros as placeholders
+        meta = torch.tensor([sent_tokens, actual_total_length])
+        dist.all_reduce(meta, op=dist.ReduceOp.MAX, group=cpu_group)
+        sent_tokens, actual_total_length = (int(v) for v in meta)
+    print(f"TP{tp}: block {block}: sent_tokens={sent_tokens} actual_total_length={actual_total_length}")
+    for poll in range(3):
+        status = torch.tensor([SUCCESS])  # the transfer engine reports the pages as delivered
+        dist.all_reduce(status, op=dist.ReduceOp.MIN, group=cpu_group)  # the poll status sync
+        done = status.item() == SUCCESS and actual_total_length > 0 and sent_tokens >= actual_total_length
+        if done:
+            break
+        print(f"TP{tp}: Unexpected: Transferring status but sent_tokens={sent_tokens} >= "
+              f"actual_total_length={actual_total_length}")
+    print(f"TP{tp}: resume with {actual_total_length} prompt tokens")
+    token = torch.tensor([actual_total_length * 7 % 101])  # stand-in for the first decoded token
+    tokens = [torch.zeros(1, dtype=token.dtype) for _ in range(dist.get_world_size())]
+    dist.all_gather(tokens, token, group=cpu_group)  # the next sync after resuming: every TP rank's first token
+    dist.destroy_process_group()
+    return {"sent_tokens": sent_tokens, "actual_total_length": actual_total_length,
+            "first_tokens": [t.item() for t in tokens]}
+
+
+def broken():
+    return language_side(sync_metadata=False)
+
+
+def fixed():
+    return language_side(sync_metadata=True)
+
+
+def reference(world_size):
+    return {"sent_tokens": PROMPT_TOKENS, "actual_total_length": PROMPT_TOKENS,
+            "first_tokens": [PROMPT_TOKENS * 7 % 101] * world_size}

@@ -1,0 +1,96 @@
+"""cross-device: samples gathered from every rank keep their device; stacking them mixes devices.
+
+Source: the project's source document "cross-device" (an RL trainer that pools generated samples across ranks).
+
+Symptom: `RuntimeError: Expected all tensors to be on the same device, but got tensors is on cuda:3, different
+from other tensors on cuda:2 (when checking argument in method wrapper_CUDA_cat)`.
+
+Root cause: every rank generates samples on its own GPU and `all_gather_object`s them into one global pool.
+Objects are pickled with their tensors' devices and unpickled onto the same devices, so rank 2's pool holds
+tensors on cuda:0, cuda:1, cuda:2 and cuda:3. Each rank slices its share of the pool (not necessarily its own
+samples) and `torch.stack` refuses to mix devices.
+
+Fix: `.to(device)` every tensor of the share before stacking.
+
+Simulated on CPU: the devices are FakeTensors on "cuda:N" carrying their values beside them; they travel through
+the real `all_gather_object` over gloo and come back on their original device; `torch.stack` raises PyTorch's
+own device-mismatch check ("Expected all tensors to be on the same device, but found at least two devices,
+cuda:0 and cuda:1!"). With `--gpu` on 2 or more GPUs it is the real CUDA error.
+
+Run: python -m sandbox.repro cross-device
+    broken: ERROR [rank_error]: 4 ranks in 1.45 s
+      Rank 0 raised FakeTensorDeviceMismatchError: Expected all tensors to be on the same device, but found at
+      least two devices, cuda:0 and cuda:1! at sandbox/bugs/cross_device.py:64.
+    fixed: OK: 4 ranks in 1.41 s
+"""
+import contextlib
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from sandbox import simulate
+from sandbox.bugs import Bug, Expect
+
+BUG = Bug(
+    slug="cross-device", title="torch.stack over samples gathered from every GPU",
+    source="an RL trainer's global sample pool (source document: cross-device)",
+    symptom="RuntimeError: Expected all tensors to be on the same device ...",
+    world_size=4, min_world_size=2, needs="simulated",
+    broken=Expect("error", "rank_error", error=r"Expected all tensors to be on the same device"),
+    fixed=Expect("ok", matches_reference=True))
+
+SAMPLES_PER_RANK = 2
+
+
+def generate(rank, device):
+    g = torch.Generator().manual_seed(1000 + rank)
+    samples = []
+    for i in range(SAMPLES_PER_RANK):
+        rewards = torch.rand(3, generator=g)
+        if device.type == "cuda" and torch.cuda.is_available():
+            samples.append({"rewards": rewards.to(device)})
+        else:  # SIMULATED: a tensor on cuda:<rank> that pickles back onto cuda:<rank>
+            samples.append(simulate.DeviceSample(rewards=simulate.on_device(rewards, str(device))))
+    return samples
+
+
+def _run(move):
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    if not torch.cuda.is_available():
+        print(f"rank {rank}: devices are simulated (no GPU here): cuda:{rank} is a FakeTensor device")
+    pool = [None] * world
+    dist.all_gather_object(pool, generate(rank, device))  # every rank's samples, each on its sender's device
+    pool = [s for per_rank in pool for s in per_rank]
+    share = pool[rank::world]  # this rank's share of the global pool: samples from several ranks
+    print(f"rank {rank}: share on {[str(s['rewards'].device) for s in share]}")
+    fake = simulate.fake_mode() if not torch.cuda.is_available() else contextlib.nullcontext()
+    with fake:
+        if move:
+            rewards = torch.stack([s["rewards"].to(device) for s in share])  # FIX: bring the share to this device
+        else:
+            rewards = torch.stack([s["rewards"] for s in share])  # BUG: tensors from cuda:0, cuda:1, ...
+    values = [getattr(s["rewards"], "sim_data", s["rewards"]).cpu().tolist() for s in share]
+    dist.destroy_process_group()
+    return {"device": str(rewards.device), "shape": list(rewards.shape), "rewards": values}
+
+
+def broken():
+    return _run(move=False)
+
+
+def fixed():
+    return _run(move=True)
+
+
+def reference(world_size):
+    """Each rank's share computed in one process: the same samples, pooled and sliced."""
+    pool = []
+    for r in range(world_size):
+        g = torch.Generator().manual_seed(1000 + r)
+        pool += [torch.rand(3, generator=g).tolist() for _ in range(SAMPLES_PER_RANK)]
+    return {"per_rank": [{"device": f"cuda:{r}", "shape": [len(pool[r::world_size]), 3], "rewards": pool[r::world_size]}
+                         for r in range(world_size)]}

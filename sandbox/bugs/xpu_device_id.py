@@ -1,0 +1,63 @@
+"""xpu-device-id: `device_id` passed to init_process_group on XPU, then a gloo group for CPU work.
+
+Source: the project's source document "xpu-device-id" (an XPU/XCCL port of a CUDA/NCCL code base).
+
+Symptom: `RuntimeError: No backend type associated with device type xpu` from `new_group(backend="gloo")`.
+
+Root cause: `init_process_group(backend="xccl", device_id=xpu:i)` binds the default group to that device.
+`new_group` inherits the bound device (distributed_c10d.py, `new_group` -> `_new_group_with_tag`), and to
+decide whether it can split the parent group it asks `pg._get_backend(device_id)` (about l.2333 in torch 2.13).
+Gloo registered only for "cpu" and "cuda", so there is no backend for "xpu". CUDA code never sees this, because
+gloo lists cuda.
+
+Fix: pass `device_id` only where it belongs (CUDA/ROCm with NCCL), not for XPU/XCCL or gloo.
+
+Simulated: this machine has no XPU. The "xccl" backend is a registered stand-in (gloo underneath, devices=["xpu"])
+and torch.accelerator answers "xpu" inside the ranks; the error is raised by PyTorch's own new_group code.
+
+Run: python -m sandbox.repro xpu-device-id
+    broken: ERROR [rank_error]: 4 ranks in 1.23 s
+      Rank 0 raised RuntimeError: No backend type associated with device type xpu at
+      sandbox/bugs/xpu_device_id.py:50.
+    fixed: OK: 4 ranks in 1.22 s
+"""
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from sandbox import simulate
+from sandbox.bugs import Bug, Expect
+
+BUG = Bug(
+    slug="xpu-device-id", title="device_id on XPU breaks new_group(backend='gloo')",
+    source="XPU/XCCL port of a CUDA code base (source document: xpu-device-id)",
+    symptom="RuntimeError: No backend type associated with device type xpu",
+    world_size=4, min_world_size=1, needs="simulated",
+    broken=Expect("error", "rank_error", error=r"No backend type associated with device type xpu"),
+    fixed=Expect("ok", matches_reference=True))
+
+
+def _setup(pass_device_id):
+    simulate.xpu()  # SIMULATED: an XCCL backend and XPU devices on a CPU build
+    rank = int(os.environ["RANK"])
+    kwargs = {"device_id": torch.device("xpu", rank)} if pass_device_id else {}
+    dist.init_process_group(simulate.XPU_BACKEND, timeout=datetime.timedelta(seconds=60), **kwargs)
+    cpu_group = dist.new_group(list(range(dist.get_world_size())), backend="gloo")  # for CPU-side metadata
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t, group=cpu_group)
+    dist.destroy_process_group()
+    return t.item()
+
+
+def broken():
+    return _setup(pass_device_id=True)  # BUG: device_id=xpu:i, as the CUDA code did with cuda:i
+
+
+def fixed():
+    return _setup(pass_device_id=False)  # FIX: device_id only for CUDA/ROCm + NCCL
+
+
+def reference(world_size):
+    return float(sum(range(world_size)))
