@@ -18,10 +18,15 @@ own device-mismatch check ("Expected all tensors to be on the same device, but f
 cuda:0 and cuda:1!"). With `--gpu` on 2 or more GPUs it is the real CUDA error.
 
 Run: python -m sandbox.repro cross-device
-    broken: ERROR [rank_error]: 4 ranks in 1.45 s
-      Rank 0 raised FakeTensorDeviceMismatchError: Expected all tensors to be on the same device, but found at
-      least two devices, cuda:0 and cuda:1! at sandbox/bugs/cross_device.py:64.
-    fixed: OK: 4 ranks in 1.41 s
+    broken: ERROR [rank_error]: 4 ranks in 3.47 s
+      Rank 3 raised FakeTensorDeviceMismatchError: Expected all tensors to be on the same device, but found at
+      least two devices, cuda:1 and cuda:3! at sandbox/bugs/cross_device.py:75. Its peers saw: ranks 0 and 1
+      got FakeTensorDeviceMismatchError: Expected all tensors to be on the same device, but found at least two
+      devices, cuda:0 and cuda:2!; rank 2 got FakeTensorDeviceMismatchError: Expected all tensors to be on the
+      same device, but found at least two devices, cuda:1 and cuda:3!.
+      expected: error, rank_error, error /Expected all tensors to be on the same device/ -> as documented
+    fixed: OK: 4 ranks in 3.42 s
+      expected: ok, = single-process reference -> as documented
 """
 import contextlib
 import datetime

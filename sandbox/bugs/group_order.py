@@ -18,7 +18,13 @@ Fix: build every group on every rank, in one order computed the same way everywh
 stages (TP groups, SP groups, SP setup) so a mismatch shows up at the stage that caused it.
 
 Run: python -m sandbox.repro group-order
-    (pasted from a real run below, see RUN_OUTPUT)
+    broken: HANG [group_mismatch]: 4 ranks in 2.17 s
+      The ranks created process groups differently at their new_group call #1: ranks 0 and 1 created [0, 1];
+      ranks 2 and 3 created [0, 2]. Every rank must call every new_group, with the same ranks, in the same
+      order (group names come from that order), so these groups never connect.
+      expected: hang, group_mismatch, culprits [2, 3] -> as documented
+    fixed: OK: 4 ranks in 1.18 s
+      expected: ok, = single-process reference -> as documented
 """
 import datetime
 

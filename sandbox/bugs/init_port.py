@@ -12,12 +12,14 @@ stores: the driver waits for peers that are knocking on another door.
 Fix: pass the launcher's `distributed_init_method` (`env://`) to every worker, never a literal port.
 
 Run: python -m sandbox.repro init-port
-    broken: HANG [init_mismatch]: 4 ranks in 2.34 s
-      The ranks disagree on the rendezvous, so they can never meet: rank 0 at 127.0.0.1:41985 (world size 4,
-      env://); ranks 1-3 at 127.0.0.1:46315 (world size 4, tcp://localhost:46315). The launcher's endpoint is
-      127.0.0.1:41985 (MASTER_ADDR:MASTER_PORT); ranks 1-3 use another (tcp://localhost:46315 at
-      sandbox/bugs/init_port.py:44).
-    fixed: OK: 4 ranks in 1.22 s
+    broken: HANG [init_mismatch]: 4 ranks in 2.15 s
+      The ranks disagree on the rendezvous, so they can never meet: rank 0 at 127.0.0.1:33387 (world size 4,
+      env://); ranks 1-3 at 127.0.0.1:39423 (world size 4, tcp://localhost:39423). The launcher's endpoint is
+      127.0.0.1:33387 (MASTER_ADDR:MASTER_PORT); ranks 1-3 use another (tcp://localhost:39423 at
+      sandbox/bugs/init_port.py:52).
+      expected: hang, init_mismatch, culprits others -> as documented
+    fixed: OK: 4 ranks in 1.14 s
+      expected: ok, = single-process reference -> as documented
 (The document's port is 29500; the sandbox uses a free stand-in port so it never depends on 29500 being free.)
 """
 import datetime

@@ -16,10 +16,13 @@ Simulated: this machine has no XPU. The "xccl" backend is a registered stand-in 
 and torch.accelerator answers "xpu" inside the ranks; the error is raised by PyTorch's own new_group code.
 
 Run: python -m sandbox.repro xpu-device-id
-    broken: ERROR [rank_error]: 4 ranks in 1.23 s
+    broken: ERROR [rank_error]: 4 ranks in 1.19 s
       Rank 0 raised RuntimeError: No backend type associated with device type xpu at
-      sandbox/bugs/xpu_device_id.py:50.
-    fixed: OK: 4 ranks in 1.22 s
+      sandbox/bugs/xpu_device_id.py:47. Its peers saw: ranks 1-3 got RuntimeError: No backend type associated
+      with device type xpu.
+      expected: error, rank_error, error /No backend type associated with device type xpu/ -> as documented
+    fixed: OK: 4 ranks in 1.17 s
+      expected: ok, = single-process reference -> as documented
 """
 import datetime
 import os

@@ -1,0 +1,73 @@
+"""gather-uneven: all_gather of tensors whose length differs from rank to rank.
+
+Source: a pitfall of the primitive itself (PyTorch docs: all_gather needs "tensors of the same size" from every
+rank; gloo enforces it at the transport).
+
+Symptom: the collective never completes, or a rank dies with SIGABRT:
+`gloo::EnforceNotMet ... Received data size doesn't match expected size`.
+
+Root cause: each rank brings its own number of items (here rank r has r + 2), but all_gather moves fixed-size
+buffers: every rank allocates the output from its own idea of the size, and the bytes on the wire disagree.
+
+Fix: gather the lengths first, pad every contribution to the longest, all_gather the padded tensors, then cut
+each one back to its real length.
+
+Run: python -m sandbox.repro gather-uneven
+    broken: CRASH [collective_mismatch]: 4 ranks in 1.17 s
+      Collective mismatch at call #1 of group [0, 1, 2, 3]: rank 0 calls all_gather(shape [2], float32) at
+      sandbox/bugs/gather_uneven.py:43; rank 1 calls all_gather(shape [3], float32) at
+      sandbox/bugs/gather_uneven.py:43; rank 2 calls all_gather(shape [4], float32) at
+      sandbox/bugs/gather_uneven.py:43; rank 3 calls all_gather(shape [5], float32) at
+      sandbox/bugs/gather_uneven.py:43. The shape must be the same on every rank of the group. Its peers saw:
+      rank 1 got RuntimeError: Connection closed by peer [127.0.0.1]:8848; rank 2 got RuntimeError: Connection
+      closed by peer [127.0.0.1]:25999.
+      expected: hang or crash, collective_mismatch -> as documented
+    fixed: OK: 4 ranks in 1.18 s
+      expected: ok, = single-process reference -> as documented
+"""
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from sandbox.bugs import Bug, Expect
+
+BUG = Bug(
+    slug="gather-uneven", title="all_gather with a different length on every rank",
+    source="primitive pitfall: all_gather requires equal sizes (PyTorch docs)",
+    symptom="the all_gather hangs or aborts with a size mismatch",
+    world_size=4, min_world_size=2, needs="cpu",
+    broken=Expect(("hang", "crash"), "collective_mismatch", note="shapes differ at the same call"),
+    fixed=Expect("ok", matches_reference=True))
+
+
+def items(rank):
+    return torch.arange(rank + 2, dtype=torch.float32) + 10 * rank  # rank r holds r + 2 items
+
+
+def broken():
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = items(rank)
+    out = [torch.empty_like(mine) for _ in range(world)]  # BUG: assumes every rank has as many as this one
+    dist.all_gather(out, mine)
+    return [t.tolist() for t in out]
+
+
+def fixed():
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = items(rank)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([len(mine)]))  # FIX: first agree on the sizes
+    longest = max(int(s) for s in sizes)
+    padded = torch.zeros(longest)
+    padded[:len(mine)] = mine
+    out = [torch.empty(longest) for _ in range(world)]
+    dist.all_gather(out, padded)
+    dist.destroy_process_group()
+    return [t[:int(n)].tolist() for t, n in zip(out, sizes)]
+
+
+def reference(world_size):
+    return [items(r).tolist() for r in range(world_size)]

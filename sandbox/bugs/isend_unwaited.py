@@ -1,0 +1,79 @@
+"""isend-unwaited: a rank posts an isend, never waits on it, and leaves.
+
+Source: a pitfall of the primitive itself (PyTorch docs: the tensor of an isend must not be modified or freed
+"until the request completes"; the returned Work must be waited on).
+
+Symptom: the receiver fails with `Connection closed by peer` (or, with the handle dropped mid-step, the data
+is simply never there).
+
+Root cause: `isend` only posts the send. With gloo nothing moves until the receiver posts its recv; if the
+sender's process ends first, its half of the pair closes and the message is gone. Here the receiver is made to
+post its recv only after the sender has exited (it watches the sender's pid), so this happens every time rather
+than when the timing is unlucky.
+
+Fix: keep the Work and `wait()` on it before leaving (or before touching the tensor).
+
+Run: python -m sandbox.repro isend-unwaited
+    broken: ERROR [rank_error]: 2 ranks in 1.09 s
+      Rank 1 raised RuntimeError: Read error [127.0.0.1]:9110: Connection reset by peer at
+      sandbox/bugs/isend_unwaited.py:53.
+      expected: error, error /Connection closed by peer|Connection reset by peer/ -> as documented
+    fixed: OK: 2 ranks in 1.05 s
+      expected: ok, = single-process reference -> as documented
+"""
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from sandbox.bugs import Bug, Expect
+
+BUG = Bug(
+    slug="isend-unwaited", title="An isend whose sender leaves before it is waited on",
+    source="primitive pitfall: isend requests must be waited on (PyTorch docs)",
+    symptom="the receiver fails with 'Connection closed by peer'",
+    world_size=2, min_world_size=2, needs="cpu",
+    broken=Expect("error", error=r"Connection closed by peer|Connection reset by peer"),
+    fixed=Expect("ok", matches_reference=True))
+
+
+def _exchange(wait_before_leaving):
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    rank = dist.get_rank()
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        store.set("sender_pid", str(os.getpid()))
+        work = dist.isend(torch.arange(4, dtype=torch.float32), dst=1)
+        if wait_before_leaving:
+            work.wait()  # FIX: the send is complete before this rank moves on
+        return "sent"  # BUG (broken variant): leaves with the send still pending
+    pid = int(store.get("sender_pid"))
+    if not wait_before_leaving:  # make the race deterministic: receive only once the sender is gone
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.01)
+    got = torch.empty(4)
+    dist.irecv(got, src=0).wait()
+    return got.tolist()
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] not in "ZX"  # a zombie has already closed its sockets
+    except FileNotFoundError:
+        return False
+
+
+def broken():
+    return _exchange(wait_before_leaving=False)
+
+
+def fixed():
+    return _exchange(wait_before_leaving=True)
+
+
+def reference(world_size):
+    return {"per_rank": ["sent", [0.0, 1.0, 2.0, 3.0]]}

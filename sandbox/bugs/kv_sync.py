@@ -1,0 +1,164 @@
+"""kv-sync: after a sequence+pipeline-parallel prefill, every rank sends the KV cache of all its layers at once.
+
+Source: the project's source document "kv-sync" (prefill split over ranks by layers and in sequence chunks, then
+decoding on every rank, which needs the whole cache).
+
+Symptom: the run hangs in the cache-sync stage, every rank inside a `send`.
+
+Root cause: a gloo `send` does not return until the peer has posted the matching `recv` (at any size: FACTS.md).
+"Send the cache of every layer to every peer, then receive theirs" means every rank starts with a send, and
+nobody is receiving yet: rank 0 waits for rank 1 to receive, rank 1 waits for rank 0: a cycle.
+
+Fix: go layer by layer. For each layer only its owner sends and every other rank is already waiting in a `recv`
+for exactly that layer, so every send finds its receive. Two exchange patterns both pass: `pairwise` (the owner
+sends to each peer in turn) and `ring` (the owner sends to its right neighbour, each rank receives from its left
+and forwards until the ring closes). Per-layer sync helped not because the messages got smaller but because it
+fixed an order in which each blocking send has a posted receive. The deeper rule: with blocking point-to-point,
+for every send the matching receive must already be reachable on the peer; otherwise post both sides first
+(`isend`/`irecv`, or `batch_isend_irecv`) and then wait.
+
+The model is a small Qwen-like decoder with random weights (sandbox/models/tiny_qwen.py, plain PyTorch); the
+decoded tokens of every rank must equal a single-process run.
+
+Run: python -m sandbox.repro kv-sync
+    broken: HANG [p2p_cycle]: 3 ranks in 2.16 s
+      Point-to-point cycle: rank 0 blocks in send to rank 1 at sandbox/bugs/kv_sync.py:80; rank 1 blocks in
+      send to rank 0 at sandbox/bugs/kv_sync.py:80. A gloo send does not complete until the peer posts the
+      matching recv, so each waits for the other. Post both sides with isend/irecv (or batch_isend_irecv)
+      before waiting, or order them by rank (even ranks send first).
+      expected: hang, p2p_cycle -> as documented
+    fixed: OK: 3 ranks in 1.33 s
+      expected: ok, = single-process reference -> as documented
+"""
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from sandbox.bugs import Bug, Expect
+from sandbox.models.tiny_qwen import Config, TinyQwen, generate
+
+BUG = Bug(
+    slug="kv-sync", title="Syncing every layer's KV cache at once deadlocks",
+    source="sequence+pipeline-parallel prefill, replicated decode (source document: kv-sync)",
+    symptom="the run hangs in the cache-sync stage, every rank blocked in send",
+    world_size=3, min_world_size=2, needs="cpu",
+    broken=Expect("hang", "p2p_cycle", note="every rank starts with a blocking send"),
+    fixed=Expect("ok", matches_reference=True))
+
+PROMPT = [3, 17, 42, 8, 99, 23, 5, 61, 77, 12, 150, 9]
+CHUNK, STEPS, SEED = 4, 8, 0
+
+
+def owners(world, layers):
+    per = -(-layers // world)
+    return {layer: layer // per for layer in range(layers)}
+
+
+@torch.no_grad()
+def prefill(model, rank, world, mine):
+    """Pipeline over layers, chunks of the sequence flowing through it: rank r runs its layers on chunk c while
+    rank r-1 already runs chunk c+1."""
+    cache, h = {}, None
+    for start in range(0, len(PROMPT), CHUNK):
+        n = len(PROMPT[start:start + CHUNK])
+        if rank == 0:
+            h = model.embed(torch.tensor(PROMPT[start:start + CHUNK]))
+        else:
+            h = torch.empty(n, model.c.dim)
+            dist.recv(h, src=rank - 1)
+        h = model.layers_forward(h, mine, cache, start)
+        if rank < world - 1:
+            dist.send(h, dst=rank + 1)
+    token = torch.tensor([model.next_token(h) if rank == world - 1 else 0])
+    dist.broadcast(token, src=world - 1)  # the last stage picks the first new token
+    return cache, token.item()
+
+
+def _buffers(model, n):
+    hd = model.c.dim // model.c.heads
+    return torch.empty(model.c.kv_heads, n, hd), torch.empty(model.c.kv_heads, n, hd)
+
+
+def sync_all_at_once(model, cache, rank, world, own):
+    peers = [p for p in range(world) if p != rank]
+    for p in peers:  # BUG: every rank sends first; a gloo send waits for a recv nobody has posted yet
+        for layer in sorted(cache):
+            dist.send(cache[layer][0], dst=p)
+            dist.send(cache[layer][1], dst=p)
+    for p in peers:
+        for layer in [la for la, o in own.items() if o == p]:
+            k, v = _buffers(model, len(PROMPT))
+            dist.recv(k, src=p)
+            dist.recv(v, src=p)
+            cache[layer] = (k, v)
+
+
+def sync_layer(model, cache, layer, owner, rank, world, strategy):
+    """FIX: one layer at a time; only the owner sends, everybody else is already in the matching recv."""
+    if strategy == "pairwise":
+        if rank == owner:
+            for p in range(world):
+                if p != rank:
+                    dist.send(cache[layer][0], dst=p)
+                    dist.send(cache[layer][1], dst=p)
+        else:
+            k, v = _buffers(model, len(PROMPT))
+            dist.recv(k, src=owner)
+            dist.recv(v, src=owner)
+            cache[layer] = (k, v)
+    else:  # ring: owner -> right neighbour -> ... until the ring closes
+        right, left = (rank + 1) % world, (rank - 1) % world
+        if rank != owner:
+            k, v = _buffers(model, len(PROMPT))
+            dist.recv(k, src=left)
+            dist.recv(v, src=left)
+            cache[layer] = (k, v)
+        if right != owner:
+            dist.send(cache[layer][0], dst=right)
+            dist.send(cache[layer][1], dst=right)
+
+
+@torch.no_grad()
+def decode(model, cache, first):
+    out = [first]
+    for _ in range(STEPS - 1):
+        start = len(PROMPT) + len(out) - 1
+        h = model.layers_forward(model.embed(torch.tensor(out[-1:])), range(model.c.layers), cache, start)
+        out.append(model.next_token(h))
+    return out
+
+
+def _setup():
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = TinyQwen(Config(), seed=SEED)
+    own = owners(world, model.c.layers)
+    return model, rank, world, own, [layer for layer, o in own.items() if o == rank]
+
+
+def broken():
+    model, rank, world, own, mine = _setup()
+    cache, first = prefill(model, rank, world, mine)
+    print(f"rank {rank}: prefill done for layers {mine}; syncing the cache of all layers at once")
+    sync_all_at_once(model, cache, rank, world, own)
+    return decode(model, cache, first)
+
+
+def fixed():
+    model, rank, world, own, mine = _setup()
+    cache, first = prefill(model, rank, world, mine)
+    tokens = {}
+    for strategy in ("pairwise", "ring"):
+        synced = {layer: kv for layer, kv in cache.items()}
+        for layer in range(model.c.layers):
+            sync_layer(model, synced, layer, own[layer], rank, world, strategy)
+        tokens[strategy] = decode(model, synced, first)
+        print(f"rank {rank}: {strategy} sync, decoded {tokens[strategy]}")
+    dist.destroy_process_group()
+    return tokens
+
+
+def reference(world_size):
+    tokens = generate(TinyQwen(Config(), seed=SEED), PROMPT, STEPS)
+    return {"pairwise": tokens, "ring": tokens}
