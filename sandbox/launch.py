@@ -170,10 +170,6 @@ class Run:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo pairs listen on loopback only
         env.setdefault("NCCL_SOCKET_IFNAME", "lo")
         env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # count GPUs without initialising CUDA before fork
-        if self.gpu:
-            # NCCL collectives return before they finish; blocking wait makes a stuck one stay inside its call,
-            # where the tracer sees it, as with gloo. Set TORCH_NCCL_BLOCKING_WAIT=0 to measure speed instead.
-            env.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
         env.update(self.env_extra)
         pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
