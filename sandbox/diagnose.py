@@ -80,6 +80,12 @@ class RankTrack:
                 self.by_bucket[(ev.get("gname"), ev["seq"])] = ev
             elif ev["op"] == "wait":
                 self.posted.pop(ev.get("of_id"), None)
+        elif kind == "exit" and ev.get("inflight"):
+            start = self.open.get(ev.get("id"))  # returned to Python, still running on the GPU: still pending
+            if start is not None:
+                start["inflight"] = True
+        elif kind == "done":
+            self.open.pop(ev.get("id"), None)
         elif kind == "exit":
             start = self.open.pop(ev.get("id"), None)
             if start is not None:

@@ -241,7 +241,8 @@ class Run:
 
     def _maybe_blocked(self) -> bool:
         """Cheap: is every live rank's last trace line the entry into a call?"""
-        return all(self.last[t.rank].startswith(b'{"ev":"enter"') for t in self._live())
+        return all(self.last[t.rank].startswith(b'{"ev":"enter"') or b'"inflight":true' in self.last[t.rank]
+                   for t in self._live())
 
     def _live(self) -> list[RankTrack]:
         return [t for t in self.tracks.values() if t.exit_code is None]

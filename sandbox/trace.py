@@ -344,6 +344,7 @@ def _wrap(name: str, fn):
             except Exception as e:  # the tracer must never break the user's call
                 ev = None
                 emit({"ev": "tracer_error", "rank": _rank, "op": name, "error": repr(e)})
+            _tls.work = None
             try:
                 out = fn(*args, **kwargs)
             except BaseException as e:
@@ -371,8 +372,14 @@ def _wrap(name: str, fn):
                                 sub["op"] = ev["p2p"][i]["op"]
                                 sub["peer"] = ev["p2p"][i]["peer"]
                             _remember_work(w, sub)
-                    os.write(_fd, b'{"ev":"exit","rank":%d,"id":%d,"op":"%s","t":%.6f}\n'
-                             % (_rank, ev["id"], name.encode(), time.time()))
+                    w = _tls.work  # the Work a synchronous call waited on (NCCL: its wait returns early)
+                    if w is None and kind != "local" and _on_cuda(spec, args, kwargs):
+                        w = _StreamMark()  # NCCL synced at C++ level: the stream says when it is really done
+                    if w is not None and not _completed(w):
+                        _in_flight(w, ev["id"], name)
+                    else:
+                        os.write(_fd, b'{"ev":"exit","rank":%d,"id":%d,"op":"%s","t":%.6f}\n'
+                                 % (_rank, ev["id"], name.encode(), time.time()))
             return out
         finally:
             _tls.depth = 0
@@ -381,10 +388,63 @@ def _wrap(name: str, fn):
     return traced
 
 
+# NCCL collectives return to Python once enqueued on the GPU stream; until their Work completes they are still
+# "inside" the collective as far as other ranks are concerned. Such a call's exit is written with "inflight", and
+# a watcher thread writes "done" when the GPU has finished it, so a stuck NCCL collective stays visible.
+_inflight: dict[int, object] = {}
+_watcher: threading.Thread | None = None
+
+
+class _StreamMark:
+    """Completion of everything queued so far on the current CUDA stream, as a Work-like is_completed()."""
+
+    def __init__(self):
+        self.event = torch.cuda.Event()
+        self.event.record()
+
+    def is_completed(self) -> bool:
+        return self.event.query()
+
+
+def _on_cuda(spec, args, kwargs) -> bool:
+    x = _arg(args, kwargs, spec[1], spec[2]) if spec[2] is not None else None
+    if isinstance(x, (list, tuple)) and x:
+        x = x[0]
+    return isinstance(x, torch.Tensor) and x.is_cuda
+
+
+def _completed(work) -> bool:
+    try:
+        return work.is_completed()
+    except Exception:  # noqa: BLE001  a Work that cannot tell is treated as finished
+        return True
+
+
+def _in_flight(work, call_id: int, op: str) -> None:
+    global _watcher
+    _inflight[call_id] = work
+    emit({"ev": "exit", "rank": _rank, "id": call_id, "op": op, "inflight": True})
+    if _watcher is None:
+        _watcher = threading.Thread(target=_watch_inflight, name="sandbox-inflight", daemon=True)
+        _watcher.start()
+
+
+def _watch_inflight() -> None:
+    while True:
+        time.sleep(0.02)
+        for call_id, work in list(_inflight.items()):
+            if _completed(work):
+                _inflight.pop(call_id, None)
+                emit({"ev": "done", "rank": _rank, "id": call_id})
+
+
 def _wrap_wait(orig):
     @functools.wraps(orig)
     def wait(self, *args, **kwargs):
-        hit = _outstanding.pop(id(self), None) if _fd is not None and not getattr(_tls, "depth", 0) else None
+        if getattr(_tls, "depth", 0):
+            _tls.work = self  # a traced synchronous call waiting on its own Work
+            return orig(self, *args, **kwargs)
+        hit = _outstanding.pop(id(self), None) if _fd is not None else None
         if hit is None or hit[0] is not self:
             return orig(self, *args, **kwargs)
         global _ids
@@ -405,7 +465,10 @@ def _wrap_wait(orig):
             raise
         finally:
             _tls.depth = 0
-        emit({"ev": "exit", "rank": _rank, "id": ev["id"], "op": "wait"})
+        if not _completed(self):
+            _in_flight(self, ev["id"], "wait")
+        else:
+            emit({"ev": "exit", "rank": _rank, "id": ev["id"], "op": "wait"})
         return out
 
     wait.__sandbox_traced__ = orig

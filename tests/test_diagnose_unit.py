@@ -131,3 +131,11 @@ def test_short_strips_gloo_boilerplate():
     msg = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
            "[127.0.0.1]:52421. This is typically caused by a remote worker crashing. GLHF!\nmore")
     assert short(msg) == "Connection closed by peer [127.0.0.1]:52421"
+
+
+def test_an_nccl_call_in_flight_stays_pending_until_done():
+    t = _track(0, AR)
+    t.feed({"ev": "exit", "rank": 0, "id": 1, "op": "all_reduce", "inflight": True, "t": 2.0})
+    assert t.pending is not None and t.pending["op"] == "all_reduce"  # returned to Python, not finished on the GPU
+    t.feed({"ev": "done", "rank": 0, "id": 1, "t": 2.5})
+    assert t.pending is None
