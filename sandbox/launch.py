@@ -119,12 +119,13 @@ class Run:
     env: extra environment for the ranks; debug: TORCH_DISTRIBUTED_DEBUG level ("DETAIL", "INFO").
     trace_dir: keep traces, logs and stacks there (default: a temp dir, removed after the run).
     on_output: callback(rank, line) for every line a rank prints, as it prints it.
+    preload: modules the zygote imports before it forks, so every rank shares one import of them.
     """
 
     def __init__(self, target: dict, world_size: int, *, init: bool = False, backend: str | None = None,
                  gpu: bool = False, hang_after: float = 1.0, timeout: float = 120.0, pg_timeout: float = 60.0,
                  env: dict | None = None, debug: str | None = None, trace_dir: str | None = None,
-                 on_output: Callable[[int, str], None] | None = None):
+                 on_output: Callable[[int, str], None] | None = None, preload: list[str] | tuple = ()):
         if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
             raise UsageError(f"the number of ranks must be a whole number of at least 1, not {world_size!r}.")
         if world_size > MAX_WORLD_SIZE:
@@ -147,7 +148,8 @@ class Run:
             self.dir = os.path.abspath(trace_dir)
         self.spec = {"target": target, "world_size": world_size, "run_dir": self.dir, "gpu": gpu, "init": init,
                      "backend": backend, "pg_timeout_s": float(pg_timeout), "env": dict(env or {}),
-                     "run_id": "sandbox-" + uuid.uuid4().hex[:8], "sys_path": list(sys.path)}
+                     "run_id": "sandbox-" + uuid.uuid4().hex[:8], "sys_path": list(sys.path),
+                     "preload": list(preload)}
         self.env_extra = {"TORCH_DISTRIBUTED_DEBUG": debug} if debug else {}
         self.tracks = {r: RankTrack(r) for r in range(world_size)}
         self.tails = {r: _Tail(os.path.join(self.dir, f"rank-{r}.jsonl")) for r in range(world_size)}

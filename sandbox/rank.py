@@ -45,6 +45,8 @@ def _resolve(target: dict):
 
 def prepare(spec: dict) -> None:
     """In the zygote, before the fork: import what every rank will need (once, shared by all ranks)."""
+    for name in spec.get("preload", ()):
+        importlib.import_module(name)
     target = spec["target"]
     if target["kind"] == "func":
         if target.get("path"):

@@ -45,7 +45,7 @@ def run_variant(bug, variant: str, n: int, gpu: bool = False, debug: str | None 
     mod = importlib.import_module(bug.module)
     kwargs = mod.options(n, gpu) if hasattr(mod, "options") else {}
     res = launch(entry, world_size=n, args=(bug.module, variant, kwargs), gpu=gpu, debug=debug,
-                 timeout=bug.timeout, **launch_options)
+                 timeout=bug.timeout, preload=[bug.module], **launch_options)
     expect = getattr(bug, variant)
     ok, why = check(bug, expect, res, debug=bool(debug))
     if timeline:

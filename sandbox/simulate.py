@@ -38,6 +38,11 @@ def fake_mode():
     return _fake_mode
 
 
+def warm() -> None:
+    """Pay the first FakeTensor's set-up cost (about a second) once, e.g. in the zygote before the fork."""
+    on_device(torch.zeros(1), "cuda:0")
+
+
 def _rebuild(data: torch.Tensor, device: str):
     return on_device(data, device)
 

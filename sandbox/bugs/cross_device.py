@@ -33,6 +33,7 @@ import datetime
 import os
 
 import torch
+import torch._subclasses.fake_tensor  # noqa: F401  imported once in the zygote, shared by every rank
 import torch.distributed as dist
 
 from sandbox import simulate
@@ -47,6 +48,8 @@ BUG = Bug(
     fixed=Expect("ok", matches_reference=True))
 
 SAMPLES_PER_RANK = 2
+if not torch.cuda.is_available():  # NVML-based in the sandbox: no CUDA initialised before the fork
+    simulate.warm()  # imported by the zygote: every rank starts with FakeTensors ready
 
 
 def generate(rank, device):
