@@ -163,14 +163,20 @@ def can_complete(p: dict, me: RankTrack, tracks: dict[int, RankTrack]) -> bool:
         members = p.get("group")
         if not members:
             return True
+        key = (p.get("gname"), p.get("seq"), p.get("sig"), p.get("group"))
         for r in members:
-            q = live.get(r)
-            if q is None or q.pending is None or not _is_coll(q.pending):
+            q = tracks.get(r)
+            if q is None:
                 return False
-            qp = q.pending
-            if (qp.get("gname"), qp.get("seq"), qp.get("sig"), qp.get("group")) != \
-                    (p.get("gname"), p.get("seq"), p.get("sig"), p.get("group")):
-                return False
+            if q.pending is not None and _is_coll(q.pending) and \
+                    (q.pending.get("gname"), q.pending.get("seq"), q.pending.get("sig"), q.pending.get("group")) == key:
+                continue
+            # a peer that already got through this very call did its part (a broadcast's root leaves early)
+            done = q.by_bucket.get((p.get("gname"), p.get("seq")))
+            if done is not None and "_exit" in done and not done["_exit"].get("error") and \
+                    (done.get("gname"), done.get("seq"), done.get("sig"), done.get("group")) == key:
+                continue
+            return False
         return True
     direction = _p2p_dir(p)
     if direction is not None:

@@ -72,6 +72,7 @@ def main(argv=None) -> int:
     p = _Parser(prog="python -m sandbox.repro", description="Reproduce a documented distributed bug and its fix.")
     p.add_argument("bug", nargs="?", help="the bug's slug (see --list)")
     p.add_argument("--list", action="store_true", help="list the catalogue")
+    p.add_argument("--all", action="store_true", help="run every bug, both variants, and print one line each")
     p.add_argument("--variant", choices=["broken", "fixed", "both"], default="both")
     p.add_argument("-n", dest="n", type=_positive(int), help="number of ranks (default: the bug's own)")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL), where the bug supports it")
@@ -91,6 +92,8 @@ def main(argv=None) -> int:
         else:
             _list(bugs)
         return 0
+    if a.all:
+        return _run_all(bugs, a)
     if not a.bug:
         p.error("name a bug (see --list)")
     if a.bug not in bugs:
@@ -132,6 +135,34 @@ def main(argv=None) -> int:
         print()
         print(f"Why ({bug.source}):")
         print(explanation(bug.doc))
+    return 0 if all_ok else 1
+
+
+def _run_all(bugs, a) -> int:
+    """The whole catalogue, one line a variant; exit 0 only if every variant behaved as documented."""
+    import time
+
+    from sandbox.report import headline
+
+    t0, rows, all_ok = time.monotonic(), [], True
+    for bug in bugs.values():
+        if bug.needs == "gpu" and not a.gpu:
+            continue
+        n = a.n or bug.world_size
+        for v in (["broken", "fixed"] if a.variant == "both" else [a.variant]):
+            res, ok, why = run_variant(bug, v, max(n, bug.min_world_size), gpu=a.gpu)
+            all_ok &= ok
+            rows.append({"bug": bug.slug, "variant": v, "as_documented": ok, "why_not": why, "verdict": res.verdict,
+                         "kind": res.diagnosis.kind, "wall_s": res.wall_s})
+            if not a.json:
+                mark = "as documented" if ok else "NOT as documented: " + "; ".join(why)
+                print(f"{bug.slug:16} {v:7} {headline(res):44} {mark}", flush=True)
+    total = time.monotonic() - t0
+    if a.json:
+        print(json.dumps({"as_documented": all_ok, "total_s": round(total, 2), "runs": rows}))
+    else:
+        good = sum(r["as_documented"] for r in rows)
+        print(f"{good}/{len(rows)} variants as documented in {total:.1f} s")
     return 0 if all_ok else 1
 
 

@@ -139,3 +139,13 @@ def test_an_nccl_call_in_flight_stays_pending_until_done():
     assert t.pending is not None and t.pending["op"] == "all_reduce"  # returned to Python, not finished on the GPU
     t.feed({"ev": "done", "rank": 0, "id": 1, "t": 2.5})
     assert t.pending is None
+
+
+def test_a_peer_that_already_left_the_same_call_did_its_part():
+    bc = {"op": "broadcast", "gname": "0", "group": [0, 1], "seq": 1, "root": 0, "sig": "broadcast|0|[[4]]|['float32']"}
+    root = _track(0, bc, {"op": "send", "peer": 1})
+    _done(root, 1)  # the root's broadcast returned, it went on to a send
+    other = _track(1, bc)  # still receiving the broadcast: it can finish, then take the send
+    assert progress_possible({0: root, 1: other})
+    other2 = _track(1, dict(bc, sig="broadcast|0|[[8]]|['float32']"))  # but not a different broadcast
+    assert not progress_possible({0: root, 1: other2})
