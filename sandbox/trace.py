@@ -355,6 +355,8 @@ def _wrap(name: str, fn):
             if ev is not None:
                 if kind in ("init", "new_group", "local"):
                     _static.clear()  # groups changed: cached group names may be stale
+                    if name == "destroy_process_group":
+                        forget_groups()
                     done = {"ev": "exit", "rank": _rank, "id": ev["id"], "op": name}
                     if kind == "init":
                         done["world_size"] = dist.get_world_size()
@@ -475,6 +477,15 @@ def _wrap_wait(orig):
     return wait
 
 
+def forget_groups() -> None:
+    """Drop every reference the tracer holds to process groups and their Works, so a destroyed group is freed
+    now and not during interpreter shutdown (where gloo's threads would be torn down in the wrong order)."""
+    _groups.clear()
+    _outstanding.clear()
+    _inflight.clear()
+    _static.clear()
+
+
 def install() -> None:
     """Wrap torch.distributed's public calls (idempotent). Events are written only once `start` gives a sink."""
     global _installed
@@ -548,7 +559,10 @@ def _main(argv: list[str]) -> int:
         finish("error", error={"type": type(e).__name__, "message": str(e)[:2000],
                                "traceback": traceback.format_exc()[-8000:], "site": _error_site(e)})
         raise
-    finish("ok", exit_code=0)
+    else:
+        finish("ok", exit_code=0)
+    finally:
+        forget_groups()
     return 0
 
 
