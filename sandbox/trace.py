@@ -374,7 +374,7 @@ def _wrap(name: str, fn):
                                 sub["op"] = ev["p2p"][i]["op"]
                                 sub["peer"] = ev["p2p"][i]["peer"]
                             _remember_work(w, sub)
-                    w = _tls.work  # the Work a synchronous call waited on (NCCL: its wait returns early)
+                    w, _tls.work = _tls.work, None  # the Work a synchronous call waited on (NCCL: returns early)
                     if w is None and kind != "local" and _on_cuda(spec, args, kwargs):
                         w = _StreamMark()  # NCCL synced at C++ level: the stream says when it is really done
                     if w is not None and not _completed(w):
