@@ -30,11 +30,17 @@ def die_with_parent(sig: int, parent: int) -> None:
         os._exit(1)
 
 
+PROTO_FD = 1  # the pipe to the parent; moved off fd 1 in main() so stray prints cannot corrupt it
+
+
 def say(**msg) -> None:
-    os.write(1, (json.dumps(msg) + "\n").encode())
+    os.write(PROTO_FD, (json.dumps(msg) + "\n").encode())
 
 
 def main() -> None:
+    global PROTO_FD
+    PROTO_FD = os.dup(1)
+    os.dup2(2, 1)  # whatever torch or the user's module prints at import goes to the zygote's log
     parent = int(os.environ.get("SANDBOX_PARENT_PID", os.getppid()))
     run_dir = os.environ.get("SANDBOX_RUN_DIR")
 
@@ -82,6 +88,7 @@ def main() -> None:
         pid = os.fork()
         if pid == 0:
             listener.close()
+            os.close(PROTO_FD)
             rank_mod.main(spec, r, port, zygote=os.getppid())
             os._exit(70)  # not reached: rank.main always exits
         pids[pid] = r

@@ -204,7 +204,10 @@ class Run:
             self._zbuf += chunk
         *lines, self._zbuf = self._zbuf.split(b"\n")
         for line in lines:
-            msg = json.loads(line)
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue
             if "pid" in msg and "rank" in msg:
                 self.tracks[msg["rank"]].pid = msg["pid"]
             elif "exit" in msg:
