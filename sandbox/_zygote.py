@@ -60,7 +60,9 @@ def main() -> None:
     from sandbox import trace
 
     trace.install()
-    spec = pickle.load(sys.stdin.buffer)
+    with open(os.environ["SANDBOX_SPEC"], "rb") as f:
+        spec = pickle.load(f)
+    os.unlink(os.environ["SANDBOX_SPEC"])
     sys.path[:] = spec.get("sys_path", []) + [p for p in sys.path if p not in spec.get("sys_path", [])]
     info = {"ready": True, "pid": os.getpid(), "torch": torch.__version__}
     if spec.get("gpu"):
@@ -84,13 +86,16 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     pids = {}
+    me = os.getpid()
     for r in range(spec["world_size"]):
         pid = os.fork()
         if pid == 0:
-            listener.close()
-            os.close(PROTO_FD)
-            rank_mod.main(spec, r, port, zygote=os.getppid())
-            os._exit(70)  # not reached: rank.main always exits
+            try:
+                listener.close()
+                os.close(PROTO_FD)
+                rank_mod.main(spec, r, port, zygote=me)
+            finally:
+                os._exit(70)  # never unwind into the zygote's code
         pids[pid] = r
         say(rank=r, pid=pid)
     store = torch.distributed.TCPStore("127.0.0.1", port, spec["world_size"], True, wait_for_workers=False,

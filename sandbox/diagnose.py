@@ -67,8 +67,12 @@ class RankTrack:
         self.stack: str | None = None
         self.outcome: str | None = None
 
+    MAX_EVENTS = 200_000  # per rank: a long job keeps its most recent calls, not all of them
+
     def feed(self, ev: dict) -> None:
         self.events.append(ev)
+        if len(self.events) > self.MAX_EVENTS:
+            del self.events[:self.MAX_EVENTS // 2]
         kind = ev.get("ev")
         if kind == "enter":
             self.open[ev["id"]] = ev
@@ -78,14 +82,19 @@ class RankTrack:
                 self.new_groups.append(ev)
             elif ev["op"] in COLLECTIVE and "seq" in ev:
                 self.by_bucket[(ev.get("gname"), ev["seq"])] = ev
+                if isinstance(ev["seq"], int):
+                    self.by_bucket.pop((ev.get("gname"), ev["seq"] - 4096), None)  # only recent calls matter
             elif ev["op"] == "wait":
                 self.posted.pop(ev.get("of_id"), None)
+                self.posted.pop((ev.get("of_id"), ev.get("of_idx")), None)
         elif kind == "exit" and ev.get("inflight"):
             start = self.open.get(ev.get("id"))  # returned to Python, still running on the GPU: still pending
             if start is not None:
                 start["inflight"] = True
         elif kind == "done":
-            self.open.pop(ev.get("id"), None)
+            start = self.open.pop(ev.get("id"), None)
+            if start is not None:
+                start["_exit"] = ev
         elif kind == "exit":
             start = self.open.pop(ev.get("id"), None)
             if start is not None:
@@ -119,6 +128,8 @@ class RankTrack:
         """Done with its own code; a rank the sandbox ended (hung/stopped) is judged as it was when it was ended."""
         if self.outcome in ("hung", "stopped"):
             return False
+        if self.pid is not None:  # a live run: the process may still run atexit handlers after its "end"
+            return self.exit_code is not None
         return self.exit_code is not None or self.end is not None
 
 
@@ -144,6 +155,16 @@ def _offers(q: RankTrack, direction: str, to: int) -> bool:
     return False
 
 
+_UNEVEN = {"all_to_all", "all_to_all_single", "gather", "scatter"}  # per-rank shapes may differ legitimately
+
+
+def _call_key(p: dict) -> tuple:
+    """What must be equal on every rank at one collective: group, sequence number, and its signature."""
+    op = p.get("of") if p["op"] == "wait" else p["op"]
+    sig = (op, p.get("root")) if op in _UNEVEN else p.get("sig")
+    return p.get("gname"), p.get("seq"), sig, p.get("group")
+
+
 def can_complete(p: dict, me: RankTrack, tracks: dict[int, RankTrack]) -> bool:
     """Could the pending call `p` of rank `me` finish given what every other rank is doing now?"""
     live = {r: t for r, t in tracks.items() if not t.finished}
@@ -163,18 +184,16 @@ def can_complete(p: dict, me: RankTrack, tracks: dict[int, RankTrack]) -> bool:
         members = p.get("group")
         if not members:
             return True
-        key = (p.get("gname"), p.get("seq"), p.get("sig"), p.get("group"))
+        key = _call_key(p)
         for r in members:
             q = tracks.get(r)
             if q is None:
                 return False
-            if q.pending is not None and _is_coll(q.pending) and \
-                    (q.pending.get("gname"), q.pending.get("seq"), q.pending.get("sig"), q.pending.get("group")) == key:
+            if q.pending is not None and _is_coll(q.pending) and _call_key(q.pending) == key:
                 continue
             # a peer that already got through this very call did its part (a broadcast's root leaves early)
             done = q.by_bucket.get((p.get("gname"), p.get("seq")))
-            if done is not None and "_exit" in done and not done["_exit"].get("error") and \
-                    (done.get("gname"), done.get("seq"), done.get("sig"), done.get("group")) == key:
+            if done is not None and "_exit" in done and not done["_exit"].get("error") and _call_key(done) == key:
                 continue
             return False
         return True
@@ -188,6 +207,8 @@ def can_complete(p: dict, me: RankTrack, tracks: dict[int, RankTrack]) -> bool:
 
 def progress_possible(tracks: dict[int, RankTrack]) -> bool:
     live = [t for t in tracks.values() if not t.finished]
+    if not live:
+        return True
     for t in live:
         p = t.pending
         if p is None or can_complete(p, t, tracks):
@@ -324,7 +345,8 @@ def _init_mismatch(tracks) -> Diagnosis | None:
 
 
 def _group_mismatch(tracks, strict: bool) -> Diagnosis | None:
-    hist = {r: [tuple(g["ranks"]) if isinstance(g.get("ranks"), list) else ("all",) for g in t.new_groups]
+    hist = {r: [tuple(g["ranks"]) if isinstance(g.get("ranks"), list) else ("all",) for g in t.new_groups
+                if not g.get("local_sync")]  # groups made with use_local_synchronization involve only members
             for r, t in tracks.items() if t.hello is not None or t.events}
     if not hist:
         return None
@@ -368,7 +390,8 @@ def _bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
             continue  # different memberships: a group mismatch, named elsewhere
         camps: dict = {}
         for r, p in members.items():
-            sig = (p.get("of") if p["op"] == "wait" else p["op"], p.get("root"), str(p.get("shapes")), str(p.get("dtypes")))
+            op = p.get("of") if p["op"] == "wait" else p["op"]
+            sig = (op, p.get("root"), "" if op in _UNEVEN else str(p.get("shapes")), str(p.get("dtypes")))
             camps.setdefault(sig, []).append(r)
         if len(camps) < 2:
             continue
@@ -430,7 +453,8 @@ def _missing(tracks, pend) -> Diagnosis | None:
             p.get("ranks") if p["op"] == "new_group" and isinstance(p.get("ranks"), list) else None)
         if not members:
             continue
-        same = [m for m in members if m in pend and pend[m].get("op") == p["op"]
+        op = p.get("of") if p["op"] == "wait" else p["op"]
+        same = [m for m in members if m in pend and (pend[m].get("of") if pend[m]["op"] == "wait" else pend[m]["op"]) == op
                 and pend[m].get("seq") == p.get("seq") and pend[m].get("gname") == p.get("gname")]
         absent = [m for m in members if m not in same]
         if not absent:
@@ -574,6 +598,21 @@ def diagnose_timeout(tracks: dict[int, RankTrack], timeout: float) -> Diagnosis:
 
 # ----------------------------------------------------------------------------------------------- offline: a trace dir
 
+def _valid(line: str) -> dict | None:
+    """One trace line as an event, or None if it is not one the tracer could have written."""
+    try:
+        ev = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(ev, dict) or not isinstance(ev.get("ev"), str) or not isinstance(ev.get("t", 0), (int, float)):
+        return None
+    if ev["ev"] in ("enter", "exit", "done") and not isinstance(ev.get("id"), int):
+        return None
+    if ev["ev"] == "enter" and (not isinstance(ev.get("op"), str) or "t" not in ev):
+        return None
+    return ev
+
+
 def load_dir(path: str) -> dict[int, RankTrack]:
     tracks: dict[int, RankTrack] = {}
     for name in sorted(os.listdir(path)):
@@ -581,16 +620,21 @@ def load_dir(path: str) -> dict[int, RankTrack]:
         if not m:
             continue
         t = RankTrack(int(m.group(1)))
-        with open(os.path.join(path, name), errors="replace") as f:
-            for line in f:
-                try:
-                    t.feed(json.loads(line))
-                except (json.JSONDecodeError, KeyError):
-                    continue  # a torn last line of a killed rank
+        try:
+            with open(os.path.join(path, name), errors="replace") as f:
+                for line in f:
+                    ev = _valid(line)
+                    if ev is not None:  # a torn last line of a killed rank, or junk, is skipped
+                        t.feed(ev)
+        except OSError:
+            continue
         stack = os.path.join(path, f"stack-{t.rank}.txt")
-        if os.path.exists(stack):
-            with open(stack, errors="replace") as f:
-                t.stack = f.read() or None
+        if os.path.isfile(stack):
+            try:
+                with open(stack, errors="replace") as f:
+                    t.stack = f.read() or None
+            except OSError:
+                pass
         tracks[t.rank] = t
     return tracks
 

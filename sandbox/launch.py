@@ -16,7 +16,9 @@ call that its peers cannot complete, the run is deadlocked. It then asks every r
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import pickle
 import select
 import shutil
@@ -33,6 +35,7 @@ from sandbox.diagnose import Diagnosis
 from sandbox.result import RankResult, RunResult
 
 MAX_WORLD_SIZE = 128
+_RUN_FILE = re.compile(r"(rank-\d+\.(jsonl|log)|stack-\d+\.txt|result-\d+\.pkl|zygote\.log|spec\.pkl)")
 _POLL_S = 0.02
 _LOG_CAP = 1 << 20
 
@@ -132,8 +135,10 @@ class Run:
             raise UsageError(f"{world_size} ranks is more than this sandbox runs on one machine"
                              f" (at most {MAX_WORLD_SIZE}).")
         for name, v in (("hang_after", hang_after), ("timeout", timeout), ("pg_timeout", pg_timeout)):
-            if not isinstance(v, (int, float)) or v <= 0:
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise UsageError(f"{name} must be a positive number of seconds, not {v!r}.")
+        if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in dict(env).items()):
+            raise UsageError("env must map names to strings (environment values are text).")
         self.target, self.n = target, world_size
         self.gpu, self.hang_after, self.timeout = gpu, float(hang_after), float(timeout)
         self.on_output = on_output
@@ -141,10 +146,14 @@ class Run:
         if trace_dir is None:
             self.dir = tempfile.mkdtemp(prefix="sandbox-run-")
         else:
-            os.makedirs(trace_dir, exist_ok=True)
-            for name in os.listdir(trace_dir):  # a fresh run: stale files would be read as this run's
-                if name.startswith(("rank-", "stack-", "result-")) or name == "zygote.log":
-                    os.unlink(os.path.join(trace_dir, name))
+            try:
+                os.makedirs(trace_dir, exist_ok=True)
+                for name in os.listdir(trace_dir):  # a fresh run: stale files would be read as this run's
+                    path = os.path.join(trace_dir, name)
+                    if _RUN_FILE.fullmatch(name) and os.path.isfile(path):
+                        os.unlink(path)
+            except OSError as e:
+                raise UsageError(f"cannot use {trace_dir} as the trace directory: {e.strerror or e}.") from None
             self.dir = os.path.abspath(trace_dir)
         self.spec = {"target": target, "world_size": world_size, "run_dir": self.dir, "gpu": gpu, "init": init,
                      "backend": backend, "pg_timeout_s": float(pg_timeout), "env": dict(env or {}),
@@ -160,6 +169,8 @@ class Run:
         self.proc: subprocess.Popen | None = None
         self.fatal: dict | None = None
         self.done = False
+        self.zygote_eof = False
+        self.zygote_done = False
         self.stopped_for: str | None = None
         self.fail_t: float | None = None
         self.detect_s: float | None = None
@@ -177,14 +188,16 @@ class Run:
         env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.update(SANDBOX_PARENT_PID=str(os.getpid()), SANDBOX_RUN_DIR=self.dir,
                    SANDBOX_OWNS_DIR="1" if self.owns_dir else "0")
+        spec_path = os.path.join(self.dir, "spec.pkl")
+        with open(spec_path, "wb") as f:  # a file, not a pipe: writing it can never block on the zygote
+            pickle.dump(self.spec, f)
+        env["SANDBOX_SPEC"] = spec_path
         with open(os.path.join(self.dir, "zygote.log"), "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "sandbox._zygote"], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, "-m", "sandbox._zygote"], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=err, start_new_session=True, env=env,
                                          close_fds=True)
         os.set_blocking(self.proc.stdout.fileno(), False)
         self._zbuf = b""
-        self.proc.stdin.write(pickle.dumps(self.spec))
-        self.proc.stdin.close()
 
     def _zygote_messages(self, wait: float) -> None:
         if self.proc.stdout.closed:
@@ -198,8 +211,9 @@ class Run:
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
                 break
-            if not chunk:
+            if not chunk:  # the zygote is gone; without its "done" it died (killed, out of memory, no torch)
                 self.done = True
+                self.zygote_eof = True
                 break
             self._zbuf += chunk
         *lines, self._zbuf = self._zbuf.split(b"\n")
@@ -216,7 +230,7 @@ class Run:
             elif "fatal" in msg:
                 self.fatal = msg
             elif msg.get("done"):
-                self.done = True
+                self.done = self.zygote_done = True
 
     def _pump(self, wait: float, parse: bool = True) -> None:
         """Read what the zygote and the ranks wrote. Trace lines are parsed only when `parse` is set: while the
@@ -354,6 +368,12 @@ class Run:
 
     def _result(self, wall: float) -> RunResult:
         self._pump(0)
+        lost = [t.rank for t in self.tracks.values() if t.exit_code is None and t.outcome is None]
+        if self.fatal is None and self.stopped_for is None and lost and not self.zygote_done:
+            log = self._read("zygote.log", 4000).strip().splitlines()
+            why = log[-1] if log else "no message"
+            self.fatal = {"fatal": f"the process that starts the ranks died early ({why})",
+                          "traceback": "\n".join(log[-40:])}
         for t in self.tracks.values():
             t.stack = self._read(f"stack-{t.rank}.txt") or None
             if t.outcome is not None:

@@ -50,7 +50,10 @@ def run_variant(bug, variant: str, n: int, gpu: bool = False, debug: str | None 
     ok, why = check(bug, expect, res, debug=bool(debug))
     if timeline:
         from sandbox import report
-        report.timeline(res, timeline)
+        try:
+            report.timeline(res, timeline)
+        except Exception as e:  # noqa: BLE001  a picture that cannot be drawn is not the run's failure
+            print(f"sandbox.repro: no timeline: {e}", file=sys.stderr)
     return res, ok, why
 
 
@@ -92,8 +95,18 @@ def main(argv=None) -> int:
         else:
             _list(bugs)
         return 0
+    if a.timeline and os.path.splitext(a.timeline)[1].lower() not in (".png", ".svg", ".pdf", ""):
+        p.error(f"--timeline wants a .png, .svg or .pdf file name, not {a.timeline}")
     if a.all:
-        return _run_all(bugs, a)
+        from sandbox.launch import Interrupted, UsageError
+        try:
+            return _run_all(bugs, a)
+        except UsageError as e:
+            print(f"sandbox.repro: {e}", file=sys.stderr)
+            return 2
+        except Interrupted:
+            print("sandbox.repro: interrupted.", file=sys.stderr)
+            return 130
     if not a.bug:
         p.error("name a bug (see --list)")
     if a.bug not in bugs:
@@ -150,7 +163,8 @@ def _run_all(bugs, a) -> int:
             continue
         n = a.n or bug.world_size
         for v in (["broken", "fixed"] if a.variant == "both" else [a.variant]):
-            res, ok, why = run_variant(bug, v, max(n, bug.min_world_size), gpu=a.gpu)
+            res, ok, why = run_variant(bug, v, max(n, bug.min_world_size), gpu=a.gpu,
+                                       debug=a.debug.upper() if a.debug and a.debug != "off" else None)
             all_ok &= ok
             rows.append({"bug": bug.slug, "variant": v, "as_documented": ok, "why_not": why, "verdict": res.verdict,
                          "kind": res.diagnosis.kind, "wall_s": res.wall_s})

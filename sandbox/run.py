@@ -31,8 +31,8 @@ def _positive(kind):
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
+        if not v > 0 or v == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text} must be a finite number greater than 0")
         return v
     return parse
 

@@ -343,7 +343,10 @@ def _wrap(name: str, fn):
                 ev = _enter(name, kind, spec, cacheable, args, kwargs)
             except Exception as e:  # the tracer must never break the user's call
                 ev = None
-                emit({"ev": "tracer_error", "rank": _rank, "op": name, "error": repr(e)})
+                try:
+                    emit({"ev": "tracer_error", "rank": _rank, "op": name, "error": repr(e)})
+                except Exception:  # noqa: BLE001
+                    pass
             _tls.work = None
             try:
                 out = fn(*args, **kwargs)
@@ -352,36 +355,40 @@ def _wrap(name: str, fn):
                     emit({"ev": "exit", "rank": _rank, "id": ev["id"], "op": name,
                           "error": f"{type(e).__name__}: {e}"[:2000]})
                 raise
-            if ev is not None:
-                if kind in ("init", "new_group", "local"):
-                    _static.clear()  # groups changed: cached group names may be stale
-                    if name == "destroy_process_group":
-                        forget_groups()
-                    done = {"ev": "exit", "rank": _rank, "id": ev["id"], "op": name}
-                    if kind == "init":
-                        done["world_size"] = dist.get_world_size()
-                        done["group"] = list(range(done["world_size"]))
-                    elif kind == "new_group":
-                        info = group_info(out) if out is not None else None
-                        done["gname"], done["group"] = info if info else (None, None)
-                    emit(done)
-                else:
-                    if ev.get("async") and out is not None:
-                        works = out if isinstance(out, list) else [out]
-                        for i, w in enumerate(works):
-                            sub = dict(ev)
-                            if name == "batch_isend_irecv" and i < len(ev.get("p2p", [])):
-                                sub["op"] = ev["p2p"][i]["op"]
-                                sub["peer"] = ev["p2p"][i]["peer"]
-                            _remember_work(w, sub)
-                    w, _tls.work = _tls.work, None  # the Work a synchronous call waited on (NCCL: returns early)
-                    if w is None and kind != "local" and _on_cuda(spec, args, kwargs):
-                        w = _StreamMark()  # NCCL synced at C++ level: the stream says when it is really done
-                    if w is not None and not _completed(w):
-                        _in_flight(w, ev["id"], name)
+            try:  # the call worked: a failure of the tracer's own bookkeeping must not make it fail
+                if ev is not None:
+                    if kind in ("init", "new_group", "local"):
+                        _static.clear()  # groups changed: cached group names may be stale
+                        if name == "destroy_process_group":
+                            forget_groups()
+                        done = {"ev": "exit", "rank": _rank, "id": ev["id"], "op": name}
+                        if kind == "init":
+                            done["world_size"] = dist.get_world_size()
+                            done["group"] = list(range(done["world_size"]))
+                        elif kind == "new_group":
+                            info = group_info(out) if out is not None else None
+                            done["gname"], done["group"] = info if info else (None, None)
+                        emit(done)
                     else:
-                        os.write(_fd, b'{"ev":"exit","rank":%d,"id":%d,"op":"%s","t":%.6f}\n'
-                                 % (_rank, ev["id"], name.encode(), time.time()))
+                        if ev.get("async") and out is not None:
+                            works = out if isinstance(out, list) else [out]
+                            for i, w in enumerate(works):
+                                sub = dict(ev)
+                                if name == "batch_isend_irecv" and i < len(ev.get("p2p", [])):
+                                    sub["op"] = ev["p2p"][i]["op"]
+                                    sub["peer"] = ev["p2p"][i]["peer"]
+                                    sub["idx"] = i
+                                _remember_work(w, sub)
+                        w, _tls.work = _tls.work, None  # the Work a synchronous call waited on (NCCL: returns early)
+                        if w is None and kind != "local" and _on_cuda(spec, args, kwargs):
+                            w = _StreamMark()  # NCCL synced at C++ level: the stream says when it is really done
+                        if w is not None and not _completed(w):
+                            _in_flight(w, ev["id"], name)
+                        else:
+                            os.write(_fd, b'{"ev":"exit","rank":%d,"id":%d,"op":"%s","t":%.6f}\n'
+                                     % (_rank, ev["id"], name.encode(), time.time()))
+            except Exception:  # noqa: BLE001
+                pass
             return out
         finally:
             _tls.depth = 0
@@ -455,6 +462,8 @@ def _wrap_wait(orig):
         site, func = call_site(2)
         ev = {"ev": "enter", "rank": _rank, "id": _ids, "op": "wait", "of": of["op"], "of_id": of["id"],
               "site": site, "func": func}
+        if "idx" in of:
+            ev["of_idx"] = of["idx"]
         for k in ("gname", "group", "seq", "peer", "shapes", "dtypes", "sig", "root"):
             if k in of:
                 ev[k] = of[k]
@@ -509,7 +518,7 @@ def start(path: str, rank: int, **meta) -> None:
     """Open this rank's trace file and write its first event."""
     global _fd, _rank
     _rank = rank
-    _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
     emit({"ev": "hello", "rank": rank, "pid": os.getpid(), "host": socket.gethostname(),
           "torch": torch.__version__, **meta})
 

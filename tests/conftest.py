@@ -32,7 +32,7 @@ def python() -> str:
 def run_cli(*args, timeout=120, env=None, **kw):
     """Run `python -m <args>` from the project root; a bounded wait."""
     e = dict(os.environ, **(env or {}))
-    e["PYTHONPATH"] = ROOT + os.pathsep + os.path.join(ROOT, "tests")
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [(env or {}).get("PYTHONPATH"), ROOT, os.path.join(ROOT, "tests")]))
     return subprocess.run([python(), "-m", *args], capture_output=True, text=True, timeout=timeout, cwd=kw.pop("cwd", ROOT),
                           env=e, **kw)
 
