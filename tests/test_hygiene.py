@@ -38,6 +38,10 @@ def _interrupt(sig):
     p = _cli("-n", "3", "--json", "--hang-after", "30", os.path.join(EX, "mismatch.py"))
     pids = _wait_until_blocked(p, 3)
     time.sleep(0.3)
+    # while the run is up: every socket it listens on (store, gloo pairs) is bound to loopback only
+    listening = [c.laddr for c in psutil.net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    assert listening and all(a.ip == "127.0.0.1" for a in listening), listening
     p.send_signal(sig)
     out, err = p.communicate(timeout=30)
     assert p.returncode == 128 + sig, err
