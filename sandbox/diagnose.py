@@ -144,13 +144,13 @@ def _p2p_dir(p: dict) -> str | None:
     return "send" if op in SENDS else "recv" if op in RECVS else None
 
 
-def _offers(q: RankTrack, direction: str, to: int) -> bool:
-    """Does rank q have a send (or recv) towards rank `to` in flight, blocking or posted?"""
+def _offers(q: RankTrack, direction: str, to: int, tag: int = 0) -> bool:
+    """Does rank q have a send (or recv) towards rank `to`, with this tag, in flight, blocking or posted?"""
     cands = list(q.posted.values())
     if q.pending is not None:
         cands.append(q.pending)
     for p in cands:
-        if _p2p_dir(p) == direction and p.get("peer") in (to, None):
+        if _p2p_dir(p) == direction and p.get("peer") in (to, None) and p.get("tag", 0) == tag:
             return True
     return False
 
@@ -201,7 +201,7 @@ def can_complete(p: dict, me: RankTrack, tracks: dict[int, RankTrack]) -> bool:
     if direction is not None:
         want = "recv" if direction == "send" else "send"
         peers = [p["peer"]] if p.get("peer") is not None else [r for r in live if r != me.rank]
-        return any(r in live and _offers(live[r], want, me.rank) for r in peers)
+        return any(r in live and _offers(live[r], want, me.rank, p.get("tag", 0)) for r in peers)
     return True  # batch_isend_irecv (posting only), destroy_process_group, anything unknown: not judged
 
 
@@ -428,13 +428,20 @@ def _p2p(tracks, pend) -> Diagnosis | None:
         if r in path:
             cycle = path[path.index(r):]
             kinds = {_p2p_dir(waits[c]) for c in cycle}
-            steps = "; ".join(f"rank {c} blocks in {_call(waits[c])} at {waits[c].get('site')}" for c in cycle)
-            why = ("a gloo send does not complete until the peer posts the matching recv, so each waits for the other"
-                   if kinds == {"send"} else
-                   "each waits for a message the other will only send after its own call returns")
-            return Diagnosis("p2p_cycle", f"Point-to-point cycle: {steps}. {why.capitalize()}."
-                             " Post both sides with isend/irecv (or batch_isend_irecv) before waiting, or order"
-                             " them by rank (even ranks send first).",
+            tags = {waits[c].get("tag", 0) for c in cycle}
+            steps = "; ".join(f"rank {c} blocks in {_call(waits[c])}"
+                              f"{' (tag ' + str(waits[c].get('tag', 0)) + ')' if len(tags) > 1 else ''}"
+                              f" at {waits[c].get('site')}" for c in cycle)
+            advice = (" Post both sides with isend/irecv (or batch_isend_irecv) before waiting, or order them by rank"
+                      " (even ranks send first).")
+            if kinds == {"send", "recv"} and len(tags) > 1:
+                why = "the send and the recv name different tags, so they never match"
+                advice = " Use the same tag on both sides."
+            elif kinds == {"send"}:
+                why = "a gloo send does not complete until the peer posts the matching recv, so each waits for the other"
+            else:
+                why = "each waits for a message the other will only send after its own call returns"
+            return Diagnosis("p2p_cycle", f"Point-to-point cycle: {steps}. {why[0].upper() + why[1:]}.{advice}",
                              sorted(cycle), waits[cycle[0]].get("of") or waits[cycle[0]]["op"], None, None,
                              waits[cycle[0]].get("site"), {"cycle": cycle})
     for r, p in sorted(waits.items()):

@@ -35,6 +35,7 @@ def _resolve(target: dict):
             mod = importlib.util.module_from_spec(spec)
             sys.modules["__sandbox_main__"] = mod
             spec.loader.exec_module(mod)  # its `if __name__ == "__main__"` block does not run
+            sys.modules["__main__"] = mod  # so arguments pickled as __main__.Cfg find their class
     else:
         mod = importlib.import_module(target["module"])
     obj = mod

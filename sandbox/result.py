@@ -27,7 +27,12 @@ class RankResult:
     @property
     def value(self) -> Any:
         """The function's return value on this rank (None for scripts and for ranks that did not finish)."""
-        return pickle.loads(self._value) if self._value is not None else None
+        if self._value is None:
+            return None
+        import sys
+        # classes of the launching script travel as __sandbox_main__.X (the ranks' name for that script)
+        sys.modules.setdefault("__sandbox_main__", sys.modules["__main__"])
+        return pickle.loads(self._value)
 
     @classmethod
     def from_track(cls, t: RankTrack, outcome: str, output: str = "", value: bytes | None = None) -> "RankResult":

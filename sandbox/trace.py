@@ -237,6 +237,9 @@ def _describe(name, kind, spec, args, kwargs, frame) -> dict:
             root = 0 if name in ("broadcast_object_list", "scatter_object_list", "gather_object") else None
         if kind == "p2p":
             ev["peer"] = root
+            tag = kwargs.get("tag", args[3] if len(args) > 3 and name in ("send", "recv", "isend", "irecv") else 0)
+            if tag:
+                ev["tag"] = tag
         else:
             ev["root"] = root
     if kind == "coll":

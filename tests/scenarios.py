@@ -176,3 +176,11 @@ def async_collective():
 def prints_and_returns(x):
     print(f"hello from {os.environ['RANK']}")
     return x * int(os.environ["RANK"])
+
+
+def tag_mismatch():
+    rank, _ = _init()
+    if rank == 0:
+        dist.send(torch.ones(2), dst=1, tag=1)
+    else:
+        dist.recv(torch.empty(2), src=0, tag=2)  # BUG: another tag

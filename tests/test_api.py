@@ -68,21 +68,31 @@ def test_bad_targets_are_usage_errors():
 def test_from_a_script(tmp_path, clean):
     script = tmp_path / "drive.py"
     script.write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+
         import torch.distributed as dist
         from sandbox import launch
 
-        def work():
+        @dataclass
+        class Cfg:
+            scale: int
+
+        @dataclass
+        class Out:
+            value: int
+
+        def work(cfg):
             dist.init_process_group("gloo")
             dist.barrier()
-            return dist.get_rank()
+            return Out(dist.get_rank() * cfg.scale)
 
         if __name__ == "__main__":
-            res = launch(work, world_size=3)
-            print(res.verdict, res.values)
+            res = launch(work, world_size=3, args=(Cfg(10),))
+            print(res.verdict, [o.value for o in res.values])
     """))
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=ROOT))
-    assert p.stdout.strip() == "ok [0, 1, 2]", p.stderr
+    assert p.stdout.strip() == "ok [0, 10, 20]", p.stderr
 
 
 def test_from_a_jupyter_kernel(clean):

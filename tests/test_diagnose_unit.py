@@ -149,3 +149,10 @@ def test_a_peer_that_already_left_the_same_call_did_its_part():
     assert progress_possible({0: root, 1: other})
     other2 = _track(1, dict(bc, sig="broadcast|0|[[8]]|['float32']"))  # but not a different broadcast
     assert not progress_possible({0: root, 1: other2})
+
+
+def test_send_and_recv_with_different_tags_never_match():
+    tracks = {0: _track(0, {"op": "send", "peer": 1, "tag": 1}), 1: _track(1, {"op": "recv", "peer": 0, "tag": 2})}
+    assert not progress_possible(tracks)
+    d = diagnose_hang(tracks)
+    assert d.kind == "p2p_cycle" and "different tags" in d.summary
