@@ -97,16 +97,19 @@ def main(argv=None) -> int:
         return 0
     if a.timeline and os.path.splitext(a.timeline)[1].lower() not in (".png", ".svg", ".pdf", ""):
         p.error(f"--timeline wants a .png, .svg or .pdf file name, not {a.timeline}")
-    if a.all:
-        from sandbox.launch import Interrupted, UsageError
-        try:
-            return _run_all(bugs, a)
-        except UsageError as e:
-            print(f"sandbox.repro: {e}", file=sys.stderr)
-            return 2
-        except Interrupted:
-            print("sandbox.repro: interrupted.", file=sys.stderr)
-            return 130
+    from sandbox.launch import Interrupted, UsageError
+
+    try:
+        return _run_all(bugs, a) if a.all else _run_one(p, bugs, a)
+    except UsageError as e:
+        print(f"sandbox.repro: {e}", file=sys.stderr)
+        return 2
+    except Interrupted:
+        print("sandbox.repro: interrupted.", file=sys.stderr)
+        return 130
+
+
+def _run_one(p, bugs, a) -> int:
     if not a.bug:
         p.error("name a bug (see --list)")
     if a.bug not in bugs:
@@ -118,26 +121,16 @@ def main(argv=None) -> int:
         p.error(f"{bug.slug} needs at least {bug.min_world_size} ranks")
     variants = ["broken", "fixed"] if a.variant == "both" else [a.variant]
     debug = a.debug.upper() if a.debug and a.debug != "off" else None
-
-    from sandbox.launch import Interrupted, UsageError
-
     runs = []
-    try:
-        for v in variants:
-            tl = None
-            if a.timeline:
-                root, ext = os.path.splitext(a.timeline)
-                tl = f"{root}-{v}{ext or '.png'}" if len(variants) > 1 else a.timeline
-            res, ok, why = run_variant(bug, v, n, gpu=a.gpu, debug=debug, timeline=tl)
-            runs.append((v, res, ok, why, tl))
-            if not a.json:
-                _print_run(bug, v, res, ok, why, tl)
-    except UsageError as e:
-        print(f"sandbox.repro: {e}", file=sys.stderr)
-        return 2
-    except Interrupted:
-        print("sandbox.repro: interrupted.", file=sys.stderr)
-        return 130
+    for v in variants:
+        tl = None
+        if a.timeline:
+            root, ext = os.path.splitext(a.timeline)
+            tl = f"{root}-{v}{ext or '.png'}" if len(variants) > 1 else a.timeline
+        res, ok, why = run_variant(bug, v, n, gpu=a.gpu, debug=debug, timeline=tl)
+        runs.append((v, res, ok, why, tl))
+        if not a.json:
+            _print_run(bug, v, res, ok, why, tl)
     all_ok = all(ok for _, _, ok, _, _ in runs)
     if a.json:
         print(json.dumps({"bug": bug.slug, "title": bug.title, "as_documented": all_ok,
