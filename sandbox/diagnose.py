@@ -570,14 +570,13 @@ def _peer_words(tracks, culprits) -> str:
             continue
         e = _error_of(t)
         if e:
-            what = f"{e['type']}: {short(e['message'])[:200]}"
+            what = f"got {e['type']}: {short(e['message'])[:200]}"
         elif t.outcome in ("hung", "stopped") and t.pending is not None:
-            what = f"was left waiting in {_call(t.pending)}"
+            what = f"left waiting in {_call(t.pending)}"
         else:
             continue
         saw.setdefault(what, []).append(r)
-    parts = [f"{_ranks(rs)} {'got ' if not what.startswith('was ') else ''}{what}" if not what.startswith("was ")
-             else f"{_ranks(rs)} {what if len(rs) == 1 else what.replace('was ', 'were ', 1)}"
+    parts = [f"{_ranks(rs)} {'was' if len(rs) == 1 else 'were'} {what}" if what.startswith("left") else f"{_ranks(rs)} {what}"
              for what, rs in saw.items()]
     return ("Its peers saw: " + "; ".join(parts) + ".") if parts else ""
 

@@ -217,7 +217,7 @@ def _describe(name, kind, spec, args, kwargs, frame) -> dict:
         return ev
     group = kwargs.get("group")
     if group is None and name not in ("batch_isend_irecv",):
-        gi = spec_group_index(name)
+        gi = _GROUP_INDEX.get(name)
         if gi is not None and len(args) > gi:
             group = args[gi]
     info = group_info(group)
@@ -252,10 +252,6 @@ def _describe(name, kind, spec, args, kwargs, frame) -> dict:
             or name in ("isend", "irecv", "batch_isend_irecv"):
         ev["async"] = True
     return ev
-
-
-def spec_group_index(name):
-    return _GROUP_INDEX.get(name)
 
 
 # positional index of `group`, of the root and of `async_op` for each op (torch 2.11-2.13 signatures)

@@ -67,8 +67,8 @@ def test_torchrun_environment_and_args(tmp_path, clean):
     ports = set()
     for r in d["ranks"]:
         line = next(l for l in r["output"].splitlines() if l.startswith("ENV "))
-        env, args = line[4:].rsplit(" ", 1) if False else (line[4:line.rindex("} ") + 1], line[line.rindex("} ") + 2:])
-        env = json.loads(env)
+        split = line.rindex("} ") + 1  # "ENV {...} [...]": the environment, then the script's arguments
+        env, args = json.loads(line[4:split]), line[split + 1:]
         assert json.loads(args) == ["--lr", "0.1", "-x"]
         n = r["rank"]
         assert env["RANK"] == env["LOCAL_RANK"] == env["ROLE_RANK"] == str(n)
