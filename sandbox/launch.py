@@ -8,36 +8,46 @@ One zygote process imports torch once and forks every rank (see `sandbox._zygote
 `import torch`, whatever N is. The zygote and its ranks form one process group of their own; the parent ends them
 all with one signal, and the zygote and ranks die by themselves if the parent dies (PR_SET_PDEATHSIG).
 
-The parent never imports torch: it reads each rank's trace file (one JSON line per enter/exit of a distributed
-call) and applies the hang rule: when every rank still alive has sat for `hang_after` seconds inside a distributed
-call that its peers cannot complete, the run is deadlocked. It then asks every rank for its Python stack
-(SIGUSR1 -> faulthandler), ends them, and diagnoses.
+The parent never imports torch. A run is a few steps: `_start` the zygote; `_watch` the zygote's pipe
+(`sandbox.channel`) and the ranks' trace files (`sandbox.events`), asking the watchdog policy (`sandbox.policy.decide`)
+whether to stop; `_stop` (ask every live rank for its Python stack with SIGUSR1, then end it); `_reap` (every exit
+reported, nothing of ours left); `_assemble` the result, whose verdict comes from `sandbox.policy.judge`.
+Run with `-v` (or `logging.getLogger("sandbox").setLevel(logging.INFO)`) to see each step.
 """
 from __future__ import annotations
 
-import json
+import contextlib
+import logging
 import math
 import os
-import re
 import pickle
-import select
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from typing import Callable
 
-from sandbox.diagnose import (RankTrack, diagnose_failure, diagnose_hang, diagnose_timeout, progress_possible)
-from sandbox.diagnose import Diagnosis
-from sandbox.result import RankResult, RunResult
+from sandbox import events, policy
+from sandbox.channel import Channel
+from sandbox.events import RankTrack, Tail
+from sandbox.result import Diagnosis, RankResult, RunResult
+
+log = logging.getLogger("sandbox.launch")
 
 MAX_WORLD_SIZE = 128
-_RUN_FILE = re.compile(r"(rank-\d+\.(jsonl|log)|stack-\d+\.txt|result-\d+\.pkl|zygote\.log|spec\.pkl)")
-_POLL_S = 0.02
-_LOG_CAP = 1 << 20
+POLL_S = 0.02               # how often the watchdog looks
+STACK_WAIT_S = 1.0          # how long to wait for the ranks' stack dumps before ending them
+STACK_WAIT_INTERRUPTED_S = 0.25  # the same after Ctrl-C: the user wants out
+REAP_WAIT_S = 5.0           # how long the zygote gets to report every rank's exit
+REAP_WAIT_INTERRUPTED_S = 0.2
+LOG_CAP = 1 << 20           # the most of a rank's log a result carries (its tail)
+_RUN_FILE = re.compile(r"(rank-\d+\.(jsonl|log)|stack-\d+\.txt|result-\d+\.pkl|zygote\.log|spec\.pkl|meta\.json)")
+INTERRUPTED = "interrupted"
 
 
 class UsageError(ValueError):
@@ -45,35 +55,13 @@ class UsageError(ValueError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Raised by `launch` after it cleaned up on Ctrl-C or SIGTERM; `.result` tells where every rank was."""
+    """Raised by `launch` after it cleaned up on Ctrl-C or SIGTERM; `.result` tells where every rank was,
+    `.signal` which signal ended it."""
 
-    def __init__(self, result: RunResult):
+    def __init__(self, result: RunResult, signum: int = signal.SIGINT):
         super().__init__("interrupted")
         self.result = result
-
-
-class _Tail:
-    """Reads the lines appended to a file since the last call."""
-
-    def __init__(self, path: str):
-        self.path, self.f, self.buf = path, None, b""
-
-    def lines(self) -> list[bytes]:
-        if self.f is None:
-            try:
-                self.f = open(self.path, "rb")
-            except FileNotFoundError:
-                return []
-        data = self.f.read()
-        if not data:
-            return []
-        self.buf += data
-        *done, self.buf = self.buf.split(b"\n")
-        return done
-
-    def close(self):
-        if self.f is not None:
-            self.f.close()
+        self.signal = signum
 
 
 def _func_target(fn: Callable) -> dict:
@@ -95,7 +83,7 @@ def launch(fn: Callable, world_size: int = 4, args: tuple = (), kwargs: dict | N
     target = _func_target(fn)
     try:
         target["payload"] = pickle.dumps((tuple(args), dict(kwargs or {})))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001  whatever pickling raises, the user's arguments are the cause
         raise UsageError(f"the arguments for {target['qualname']} cannot be pickled: {e}") from None
     return Run(target, world_size, **options).run()
 
@@ -112,12 +100,38 @@ def run_script(path: str, argv: list[str] | tuple = (), world_size: int = 4, mod
     return Run(target, world_size, **options).run()
 
 
+def _check_options(world_size, hang_after, timeout, pg_timeout, env) -> None:
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise UsageError(f"the number of ranks must be a whole number of at least 1, not {world_size!r}.")
+    if world_size > MAX_WORLD_SIZE:
+        raise UsageError(f"{world_size} ranks is more than this sandbox runs on one machine"
+                         f" (at most {MAX_WORLD_SIZE}).")
+    for name, v in (("hang_after", hang_after), ("timeout", timeout), ("pg_timeout", pg_timeout)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            raise UsageError(f"{name} must be a positive number of seconds, not {v!r}.")
+    if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in dict(env).items()):
+        raise UsageError("env must map names to strings (environment values are text).")
+
+
+def _trace_dir(path: str) -> str:
+    try:
+        os.makedirs(path, exist_ok=True)
+        for name in os.listdir(path):  # a fresh run: stale files would be read as this run's
+            full = os.path.join(path, name)
+            if _RUN_FILE.fullmatch(name) and os.path.isfile(full):
+                os.unlink(full)
+    except OSError as e:
+        raise UsageError(f"cannot use {path} as the trace directory: {e.strerror or e}.") from None
+    return os.path.abspath(path)
+
+
 class Run:
     """One run. Options:
 
     init: call init_process_group (with `backend` and `pg_timeout`) before fn, destroy it after (func targets).
     backend: "gloo" (default) or "nccl"; gpu: one GPU per rank (NCCL by default).
-    hang_after: seconds every live rank must sit in calls nobody can complete before it is a hang.
+    hang_after: seconds every live rank must sit in calls nobody can complete before it is a hang (a deadlock the
+        traces prove, such as a collective mismatch or a send/send cycle, is named sooner).
     timeout: the whole run's limit, seconds; then ranks are stopped and the verdict is "timeout".
     env: extra environment for the ranks; debug: TORCH_DISTRIBUTED_DEBUG level ("DETAIL", "INFO").
     trace_dir: keep traces, logs and stacks there (default: a temp dir, removed after the run).
@@ -129,54 +143,55 @@ class Run:
                  gpu: bool = False, hang_after: float = 1.0, timeout: float = 120.0, pg_timeout: float = 60.0,
                  env: dict | None = None, debug: str | None = None, trace_dir: str | None = None,
                  on_output: Callable[[int, str], None] | None = None, preload: list[str] | tuple = ()):
-        if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-            raise UsageError(f"the number of ranks must be a whole number of at least 1, not {world_size!r}.")
-        if world_size > MAX_WORLD_SIZE:
-            raise UsageError(f"{world_size} ranks is more than this sandbox runs on one machine"
-                             f" (at most {MAX_WORLD_SIZE}).")
-        for name, v in (("hang_after", hang_after), ("timeout", timeout), ("pg_timeout", pg_timeout)):
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise UsageError(f"{name} must be a positive number of seconds, not {v!r}.")
-        if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in dict(env).items()):
-            raise UsageError("env must map names to strings (environment values are text).")
+        _check_options(world_size, hang_after, timeout, pg_timeout, env)
         self.target, self.n = target, world_size
-        self.gpu, self.hang_after, self.timeout = gpu, float(hang_after), float(timeout)
+        self.settings = policy.Settings(hang_after=float(hang_after), timeout=float(timeout))
         self.on_output = on_output
         self.owns_dir = trace_dir is None
-        if trace_dir is None:
-            self.dir = tempfile.mkdtemp(prefix="sandbox-run-")
-        else:
-            try:
-                os.makedirs(trace_dir, exist_ok=True)
-                for name in os.listdir(trace_dir):  # a fresh run: stale files would be read as this run's
-                    path = os.path.join(trace_dir, name)
-                    if _RUN_FILE.fullmatch(name) and os.path.isfile(path):
-                        os.unlink(path)
-            except OSError as e:
-                raise UsageError(f"cannot use {trace_dir} as the trace directory: {e.strerror or e}.") from None
-            self.dir = os.path.abspath(trace_dir)
+        self.dir = tempfile.mkdtemp(prefix="sandbox-run-") if trace_dir is None else _trace_dir(trace_dir)
         self.spec = {"target": target, "world_size": world_size, "run_dir": self.dir, "gpu": gpu, "init": init,
                      "backend": backend, "pg_timeout_s": float(pg_timeout), "env": dict(env or {}),
                      "run_id": "sandbox-" + uuid.uuid4().hex[:8], "sys_path": list(sys.path),
                      "preload": list(preload)}
         self.env_extra = {"TORCH_DISTRIBUTED_DEBUG": debug} if debug else {}
         self.tracks = {r: RankTrack(r) for r in range(world_size)}
-        self.tails = {r: _Tail(os.path.join(self.dir, f"rank-{r}.jsonl")) for r in range(world_size)}
+        self.tails = {r: Tail(os.path.join(self.dir, f"rank-{r}.jsonl")) for r in range(world_size)}
         self.raw: dict[int, list[bytes]] = {r: [] for r in range(world_size)}
         self.last: dict[int, bytes] = {r: b"" for r in range(world_size)}
-        self.log_tails = {r: _Tail(os.path.join(self.dir, f"rank-{r}.log")) for r in range(world_size)} \
+        self.log_tails = {r: Tail(os.path.join(self.dir, f"rank-{r}.log")) for r in range(world_size)} \
             if on_output else {}
         self.proc: subprocess.Popen | None = None
+        self.channel: Channel | None = None
         self.fatal: dict | None = None
-        self.done = False
-        self.zygote_eof = False
         self.zygote_done = False
         self.stopped_for: str | None = None
-        self.fail_t: float | None = None
         self.detect_s: float | None = None
         self.ended_at: float | None = None
+        self.held: list[int] = []    # SIGINT/SIGTERM that arrived during the run: the watchdog stops it
 
-    # ------------------------------------------------------------------------------------------- process plumbing
+    # ------------------------------------------------------------------------------------------- signals
+    @contextlib.contextmanager
+    def _signals(self):
+        """While the run is up, SIGINT and SIGTERM are noted, not raised: the watchdog sees them within one poll
+        and stops the run, and a signal during teardown cannot cut it short (every step of it is bounded).
+        Only the main thread can set handlers; elsewhere a KeyboardInterrupt is caught where it lands."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            self.held.append(signum)
+
+        old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in old:
+            signal.signal(s, handler)
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    # ------------------------------------------------------------------------------------------- start
     def _start(self) -> None:
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does for several workers per node
@@ -196,50 +211,40 @@ class Run:
             self.proc = subprocess.Popen([sys.executable, "-m", "sandbox._zygote"], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=err, start_new_session=True, env=env,
                                          close_fds=True)
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        self._zbuf = b""
+        self.channel = Channel(self.proc.stdout.fileno())
+        log.info("zygote started (pid %d) for %d ranks, run directory %s", self.proc.pid, self.n, self.dir)
 
-    def _zygote_messages(self, wait: float) -> None:
-        if self.proc.stdout.closed:
-            return
-        fd = self.proc.stdout.fileno()
-        r, _, _ = select.select([fd], [], [], wait)
-        if not r:
-            return
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:  # the zygote is gone; without its "done" it died (killed, out of memory, no torch)
-                self.done = True
-                self.zygote_eof = True
-                break
-            self._zbuf += chunk
-        *lines, self._zbuf = self._zbuf.split(b"\n")
-        for line in lines:
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+    # ------------------------------------------------------------------------------------------- reading
+    def _messages(self, wait: float) -> None:
+        for msg in self.channel.poll(wait):
             if "pid" in msg and "rank" in msg:
                 self.tracks[msg["rank"]].pid = msg["pid"]
+                if msg["rank"] == self.n - 1:
+                    log.info("ranks forked: pids %s", [t.pid for t in self.tracks.values()])
             elif "exit" in msg:
                 t = self.tracks[msg["exit"]]
                 t.exit_code, t.exit_t = msg["code"], time.time()
+                log.info("rank %d ended (exit status %d)", t.rank, t.exit_code)
             elif "fatal" in msg:
                 self.fatal = msg
+                log.info("the zygote could not start the ranks: %s", msg["fatal"])
+            elif msg.get("ready"):
+                log.info("zygote ready (torch %s)", msg.get("torch"))
             elif msg.get("done"):
-                self.done = self.zygote_done = True
+                self.zygote_done = True
+        if self.channel.eof and not self.zygote_done:
+            log.info("the zygote's pipe closed")
 
-    def _pump(self, wait: float, parse: bool = True) -> None:
-        """Read what the zygote and the ranks wrote. Trace lines are parsed only when `parse` is set: while the
-        ranks run, the watchdog looks at each rank's last line alone, so tracing a busy loop costs the parent
-        next to nothing."""
-        self._zygote_messages(wait)
+    def _pump(self, wait: float, parse: bool = True) -> bool:
+        """Read what the zygote and the ranks wrote; True if a trace grew. Trace lines are parsed only when
+        `parse` is set: while the ranks run, the watchdog looks at each rank's last line alone, so tracing a busy
+        loop costs the parent next to nothing."""
+        self._messages(wait)
+        grew = False
         for r, tail in self.tails.items():
             lines = tail.lines()
             if lines:
+                grew = True
                 self.raw[r].extend(lines)
                 self.last[r] = lines[-1]
         if parse:
@@ -247,209 +252,198 @@ class Run:
         for r, tail in self.log_tails.items():
             for line in tail.lines():
                 self.on_output(r, line.decode(errors="replace"))
+        return grew
 
     def _parse(self) -> None:
         for r, lines in self.raw.items():
             t = self.tracks[r]
             for line in lines:
-                try:
-                    t.feed(json.loads(line))
-                except (json.JSONDecodeError, KeyError):
-                    pass
+                ev = events.parse(line)
+                if ev is not None:
+                    t.feed(ev)
             lines.clear()
-
-    def _maybe_blocked(self) -> bool:
-        """Cheap: is every live rank's last trace line the entry into a call?"""
-        return all(self.last[t.rank].startswith(b'{"ev":"enter"') or b'"inflight":true' in self.last[t.rank]
-                   for t in self._live())
 
     def _live(self) -> list[RankTrack]:
         return [t for t in self.tracks.values() if t.exit_code is None]
 
+    @property
+    def _over(self) -> bool:
+        return self.channel.eof or self.zygote_done or self.fatal is not None or not self._live()
+
     # ------------------------------------------------------------------------------------------- the watchdog
-    def _blocked_for(self, now: float) -> float:
-        """How long every live rank has been inside a distributed call (0 if one is not)."""
-        live = self._live()
-        if not live or any(t.pending is None for t in live):
-            return 0.0
-        return now - max(t.pending["t"] for t in live)
-
     def _watch(self) -> None:
-        start = time.monotonic()
-        while not self.done and self.fatal is None:
-            self._pump(_POLL_S, parse=False)
-            if all(t.exit_code is not None for t in self.tracks.values()):
-                self.done = True
+        start = last_change = time.monotonic()
+        fail_t = None
+        while not self._over:
+            if self.held:
+                log.info("interrupted (signal %d): stopping the run", self.held[0])
+                self._stop(INTERRUPTED)
+                return
+            if self._pump(POLL_S, parse=False):
+                last_change = time.monotonic()
+            if self._over:
                 break
-            now = time.time()
-            failed = [t for t in self.tracks.values() if t.exit_code not in (None, 0)]
-            if failed and self.fail_t is None:
-                self.fail_t = time.monotonic()
-            if self.fail_t is not None:
-                # give the peers a moment to report what they saw, then end the ones that are stuck
-                self._parse()
-                since = time.monotonic() - self.fail_t
-                if self._live() and (since >= self.hang_after or self._blocked_for(now) >= min(0.3, self.hang_after)):
-                    self._stop("failure")
-                    break
-            elif self._maybe_blocked():
-                self._parse()
-                if self._blocked_for(now) >= self.hang_after and not progress_possible(self.tracks):
-                    self.detect_s = self._blocked_for(now)
-                    self._stop("hang")
-                    break
-            if time.monotonic() - start > self.timeout:
-                self._parse()
-                self._stop("timeout")
-                break
+            now = time.monotonic()
+            if fail_t is None and any(t.exit_code not in (None, 0) for t in self.tracks.values()):
+                fail_t = now
+            blocked = all(events.may_block(self.last[t.rank]) for t in self._live())
+            if fail_t is None and not blocked and now - start <= self.settings.timeout:
+                continue
+            self._parse()
+            d = policy.decide(self.tracks, time.time(), elapsed=now - start, quiet_s=now - last_change,
+                              failed_since=None if fail_t is None else now - fail_t, settings=self.settings)
+            if d is not None:
+                log.info("stopping the run: %s", d.reason)
+                self.detect_s = d.blocked_s if d.stop == policy.HANG else None
+                self._stop(d.stop)
+                return
 
+    # ------------------------------------------------------------------------------------------- stop and reap
     def _stop(self, why: str) -> None:
         """Fetch every live rank's Python stack, then end the whole run."""
         self.stopped_for = why
         self.ended_at = time.time()
+        self._pump(0)
+        for t in self._live():  # ended by us, or (not forked yet) never to start
+            t.ended_by_sandbox = True
         live = [t for t in self._live() if t.pid]
+        if live:
+            log.info("asking ranks %s for their Python stacks", [t.rank for t in live])
         for t in live:
             try:
                 os.kill(t.pid, signal.SIGUSR1)
-            except ProcessLookupError:
+            except ProcessLookupError:  # it ended on its own meanwhile: nothing to ask
                 pass
         paths = {t.rank: os.path.join(self.dir, f"stack-{t.rank}.txt") for t in live}
         sizes: dict = {}
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + (STACK_WAIT_INTERRUPTED_S if why == INTERRUPTED else STACK_WAIT_S)
+        while paths and time.monotonic() < deadline:
+            if self.held and why != INTERRUPTED:  # Ctrl-C while we wait: stop waiting, end everything now
+                break
             now = {r: (os.path.getsize(p) if os.path.exists(p) else 0) for r, p in paths.items()}
             if all(now.values()) and now == sizes:
                 break
             sizes = now
             time.sleep(0.03)
         self._pump(0)
-        for t in live:  # the zygote reaps them and reports their exits; _reap then ends what is left
+        for t in live:  # one by one, so the zygote reaps each and reports its exit status
             try:
                 os.kill(t.pid, signal.SIGKILL)
-            except ProcessLookupError:
+            except ProcessLookupError:  # it ended on its own meanwhile
                 pass
-        for t in live:
-            t.outcome = "hung" if (t.pending is not None and why in ("hang", "timeout", "interrupted")) else "stopped"
+        log.info("ended ranks %s", [t.rank for t in live])
+        if why == INTERRUPTED:
+            self._kill()  # the user wants out: the zygote too, even if it is still starting or forking
 
     def _kill(self) -> None:
+        """End the run's whole process group: the zygote, the ranks, and anything the ranks started."""
         if self.proc is None:
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+        except (ProcessLookupError, PermissionError):  # the group is already empty (PermissionError: macOS says so)
             pass
 
     def _reap(self) -> None:
         """Wait (bounded) for the zygote to report every exit, then make sure nothing of ours remains."""
-        deadline = time.monotonic() + 5.0
-        while not self.done and time.monotonic() < deadline:
-            self._zygote_messages(0.05)
+        deadline = time.monotonic() + (REAP_WAIT_INTERRUPTED_S if self.held else REAP_WAIT_S)
+        while not (self.channel.eof or self.zygote_done) and time.monotonic() < deadline:
+            self._messages(0.05)
             if self.proc.poll() is not None:
-                self._zygote_messages(0)
+                self._messages(0)
                 break
+            if self.held and deadline - time.monotonic() > REAP_WAIT_INTERRUPTED_S:
+                deadline = time.monotonic() + REAP_WAIT_INTERRUPTED_S
         self._kill()
         try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:  # SIGKILL cannot be refused; only an unkillable (D-state) process stays
+            log.info("the zygote did not exit within 2 s of SIGKILL")
         self._kill()  # anything the ranks forked stays in our process group: end it too
-        self.proc.stdout.close()
+        log.info("run's process group %d ended", self.proc.pid)
 
     # ------------------------------------------------------------------------------------------- the result
-    def _read(self, name: str, cap: int = _LOG_CAP) -> str:
-        try:
-            with open(os.path.join(self.dir, name), "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - cap))
-                return f.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
+    def _read(self, name: str, cap: int = LOG_CAP) -> str:
+        return events.read_text(os.path.join(self.dir, name), cap)
 
-    def _result(self, wall: float) -> RunResult:
+    def _assemble(self, wall: float) -> RunResult:
         self._pump(0)
-        lost = [t.rank for t in self.tracks.values() if t.exit_code is None and t.outcome is None]
+        lost = [t.rank for t in self.tracks.values() if t.exit_code is None and not t.ended_by_sandbox]
         if self.fatal is None and self.stopped_for is None and lost and not self.zygote_done:
-            log = self._read("zygote.log", 4000).strip().splitlines()
-            why = log[-1] if log else "no message"
-            self.fatal = {"fatal": f"the process that starts the ranks died early ({why})",
-                          "traceback": "\n".join(log[-40:])}
+            zlog = self._read("zygote.log", 4000).strip().splitlines()
+            self.fatal = {"fatal": f"the process that starts the ranks died early ({zlog[-1] if zlog else 'no message'})",
+                          "traceback": "\n".join(zlog[-40:])}
         for t in self.tracks.values():
             t.stack = self._read(f"stack-{t.rank}.txt") or None
-            if t.outcome is not None:
-                continue
-            code = t.exit_code
-            if code == 0:
-                t.outcome = "ok"
-            elif t.end is not None and t.end.get("outcome") == "error":
-                t.outcome = "error"
-            elif code is None:
-                t.outcome = "stopped"
-            else:
-                t.outcome = "crashed"
-        outcomes = {t.outcome for t in self.tracks.values()}
-        if self.fatal is not None:
+        j = policy.judge(self.tracks, self.stopped_for, timeout=self.settings.timeout, blocked_s=self.detect_s)
+        verdict, diag = j.verdict, j.diagnosis
+        if self.fatal is not None and self.stopped_for != INTERRUPTED:
             verdict = "error"
-            diag = Diagnosis("rank_error", f"The ranks could not start: {self.fatal['fatal']}", [], details={
-                "traceback": self.fatal.get("traceback")})
-        elif self.stopped_for == "interrupted":
-            verdict = "interrupted"
-            diag = diagnose_timeout(self.tracks, wall)
-            diag.summary = "Interrupted. " + diag.summary.replace(f"within {wall:g} s", "before the interrupt")
-        elif "crashed" in outcomes:
-            verdict, diag = "crash", diagnose_failure(self.tracks)
-        elif "error" in outcomes:
-            verdict, diag = "error", diagnose_failure(self.tracks)
-        elif self.stopped_for == "hang":
-            verdict, diag = "hang", diagnose_hang(self.tracks)
-            diag.details["blocked_for_s"] = round(self.detect_s or 0, 3)
-        elif self.stopped_for == "timeout":
-            verdict, diag = "timeout", diagnose_timeout(self.tracks, self.timeout)
-        else:
-            verdict = "ok"
-            diag = Diagnosis("none", f"All {self.n} ranks finished.", [])
+            diag = Diagnosis("rank_error", f"The ranks could not start: {self.fatal['fatal']}",
+                             details={"traceback": self.fatal.get("traceback")})
+        zlog = None
         ranks = []
         for r, t in sorted(self.tracks.items()):
             value = None
             path = os.path.join(self.dir, f"result-{r}.pkl")
-            if t.outcome == "ok" and os.path.exists(path):
+            if j.outcomes[r] == "ok" and os.path.exists(path):
                 with open(path, "rb") as f:
                     value = f.read()
-            ranks.append(RankResult.from_track(t, t.outcome, self._read(f"rank-{r}.log"), value))
-        if self.fatal is not None:
-            zlog = self._read("zygote.log")
+            output = self._read(f"rank-{r}.log")
+            if not output and t.hello is None and t.exit_code not in (None, 0):
+                # it failed before it could open its own log: what it said went to the zygote's
+                zlog = self._read("zygote.log") if zlog is None else zlog
+                output = zlog
+            ranks.append(RankResult.from_track(t, j.outcomes[r], output, value))
+        if self.fatal is not None and self.stopped_for != INTERRUPTED:
+            zlog = self._read("zygote.log") if zlog is None else zlog
             for rr in ranks:
                 rr.error = {"type": "start", "message": self.fatal["fatal"]}
                 rr.output = rr.output or zlog
-        events = sorted((e for t in self.tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
-        return RunResult(verdict, self.n, wall, diag, ranks, events, None if self.owns_dir else self.dir,
+        evs = sorted((e for t in self.tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
+        return RunResult(verdict, self.n, wall, diag, ranks, evs, None if self.owns_dir else self.dir,
                          self.proc.pid if self.proc else None, self.ended_at or time.time())
 
     def run(self) -> RunResult:
         t0 = time.monotonic()
-        interrupted = None
-        try:
-            self._start()
+        with self._signals():
             try:
-                self._watch()
-            except (KeyboardInterrupt, SystemExit) as e:
-                interrupted = e
-                self._stop("interrupted")
-            if self.fatal is not None and self.fatal.get("usage"):
-                raise UsageError(self.fatal["fatal"])
-            self._reap()
-            res = self._result(time.monotonic() - t0)
-        finally:
-            self._kill()
-            if self.proc is not None and self.proc.poll() is None:
                 try:
-                    self.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-            for tail in list(self.tails.values()) + list(self.log_tails.values()):
-                tail.close()
-            if self.owns_dir:
-                shutil.rmtree(self.dir, ignore_errors=True)
-        if interrupted is not None:
-            raise Interrupted(res) from None
+                    self._start()
+                    self._watch()
+                except KeyboardInterrupt:  # from a handler other than ours: launch() outside the main thread
+                    self.held.append(signal.SIGINT)
+                    if self.proc is not None and self.stopped_for is None:
+                        self._stop(INTERRUPTED)
+                if self.held and self.stopped_for != INTERRUPTED:
+                    self.stopped_for = INTERRUPTED  # the signal came while the run was being stopped or assembled
+                if self.fatal is not None and self.fatal.get("usage"):
+                    self._reap()
+                    raise UsageError(self.fatal["fatal"])
+                res = None
+                if self.proc is not None:
+                    self._reap()
+                    res = self._assemble(time.monotonic() - t0)
+                if res is None:  # interrupted before the zygote could even start
+                    res = RunResult(INTERRUPTED, self.n, time.monotonic() - t0,
+                                    Diagnosis("none", "Interrupted before the ranks started."),
+                                    [RankResult(r, "stopped") for r in range(self.n)])
+            finally:
+                self._cleanup()
+        if self.held:
+            raise Interrupted(res, self.held[0]) from None
         return res
+
+    def _cleanup(self) -> None:
+        self._kill()
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    self.proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:  # see _reap: nothing more can be done to a SIGKILLed process
+                    pass
+            self.proc.stdout.close()
+        for tail in list(self.tails.values()) + list(self.log_tails.values()):
+            tail.close()
+        if self.owns_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from sandbox.result import RunResult
+from sandbox.words import plural
 
 _VERDICT_STYLE = {"ok": "bold green", "error": "bold red", "crash": "bold red", "hang": "bold yellow",
                   "timeout": "bold yellow", "interrupted": "bold yellow"}
@@ -17,44 +18,11 @@ _RANK_COLOURS = ["cyan", "magenta", "green", "blue", "yellow", "bright_red", "br
 
 
 def headline(res: RunResult) -> str:
-    wall = f" in {res.wall_s:.2f} s" if res.wall_s is not None else ""
-    kind = f" [{res.diagnosis.kind}]" if res.diagnosis.kind != "none" else ""
-    return f"{res.verdict.upper()}{kind}: {res.world_size} ranks{wall}"
-
-
-def _pending(r) -> str:
-    p = r.pending
-    if not p:
-        return "" if r.outcome == "ok" else "-"
-    text = f"{p['op']}" + (f" #{p['seq']}" if p.get("seq") else "")
-    if p.get("peer") is not None:
-        text += f" peer {p['peer']}"
-    elif p.get("group"):
-        g = p["group"]
-        text += f" on {g if len(g) <= 8 else f'[{g[0]}..{g[-1]}] ({len(g)} ranks)'}"
-    return text
-
-
-def _site(r) -> str:
-    if r.pending:
-        return r.pending.get("site") or ""
-    if r.error and r.error.get("site"):
-        return r.error["site"]
-    return ""
+    return res.headline()
 
 
 def plain(res: RunResult, logs: bool = False) -> str:
-    lines = [headline(res), ""]
-    w = max([len(_pending(r)) for r in res.ranks] + [7])
-    lines.append(f"{'rank':>4}  {'outcome':8}  {'pending call':{w}}  site")
-    for r in res.ranks:
-        lines.append(f"{r.rank:>4}  {r.outcome:8}  {_pending(r):{w}}  {_site(r)}")
-    lines += ["", res.diagnosis.summary]
-    if logs:
-        for r in res.ranks:
-            for line in r.output.splitlines():
-                lines.append(f"[rank {r.rank}] {line}")
-    return "\n".join(lines)
+    return res.text(logs=logs)
 
 
 def print_result(res: RunResult, logs: bool = True, file=None, max_log_lines: int = 200) -> None:
@@ -72,7 +40,7 @@ def print_result(res: RunResult, logs: bool = True, file=None, max_log_lines: in
         table.add_column(col, overflow="fold")
     for r in res.ranks:
         table.add_row(Text(str(r.rank), style=_RANK_COLOURS[r.rank % len(_RANK_COLOURS)]),
-                      Text(r.outcome, style=_OUTCOME_STYLE.get(r.outcome, "")), escape(_pending(r)), escape(_site(r)))
+                      Text(r.outcome, style=_OUTCOME_STYLE.get(r.outcome, "")), escape(r.pending_words()), escape(r.site()))
     console.print(table)
     console.print()
     console.print(Text(res.diagnosis.summary, style="bold" if res.verdict != "ok" else ""))
@@ -86,13 +54,29 @@ def print_result(res: RunResult, logs: bool = True, file=None, max_log_lines: in
                 console.print()
                 any_output = True
             if len(out) > max_log_lines:
-                console.print(Text(f"[rank {r.rank}] ... {len(out) - max_log_lines} earlier lines", style="dim"))
+                console.print(Text(f"[rank {r.rank}] ... {plural(len(out) - max_log_lines, 'earlier line')}",
+                                   style="dim"))
                 out = out[-max_log_lines:]
             style = _RANK_COLOURS[r.rank % len(_RANK_COLOURS)]
             for line in out:
                 t = Text(f"[rank {r.rank}] ", style=style)
                 t.append(line)
                 console.print(t)
+
+
+def spans(events: list[dict], ranks: list[int]) -> tuple[dict[int, list], list[dict]]:
+    """Every finished call as (enter event, end time, raised?) per rank, and the calls that never finished.
+    An NCCL call that returned to Python but still ran on the GPU ends at its "done", not at its exit."""
+    opened: dict = {}
+    bars: dict[int, list] = {r: [] for r in ranks}
+    for e in events:
+        if e.get("ev") == "enter":
+            opened[(e["rank"], e["id"])] = e
+        elif e.get("ev") == "done" or (e.get("ev") == "exit" and not e.get("inflight")):
+            s = opened.pop((e["rank"], e.get("id")), None)
+            if s is not None:
+                bars.setdefault(s["rank"], []).append((s, e["t"], bool(e.get("error"))))
+    return bars, list(opened.values())
 
 
 def timeline(res: RunResult, path: str) -> str:
@@ -107,16 +91,7 @@ def timeline(res: RunResult, path: str) -> str:
         raise ValueError("the run recorded no events to draw")
     t0 = min(e["t"] for e in events)
     t_end = max(max(e["t"] for e in events), res.ended_at or 0) + 0.01
-    opened: dict = {}
-    bars: dict[int, list] = {r.rank: [] for r in res.ranks}
-    for e in events:
-        if e.get("ev") == "enter":
-            opened[(e["rank"], e["id"])] = e
-        elif e.get("ev") == "exit":
-            s = opened.pop((e["rank"], e.get("id")), None)
-            if s is not None:
-                bars[s["rank"]].append((s, e["t"], bool(e.get("error"))))
-    stuck = list(opened.values())
+    bars, stuck = spans(events, [r.rank for r in res.ranks])
     fig_h = 1.2 + 0.55 * len(bars)
     fig, ax = plt.subplots(figsize=(11, fig_h))
     palette = plt.get_cmap("tab20")

@@ -4,19 +4,19 @@
     python -m sandbox.repro kv-sync                      # broken, then fixed, then the explanation
     python -m sandbox.repro group-order --variant broken -n 4 --timeline group-order.png
     python -m sandbox.repro cross-device --gpu           # the real CUDA error on 2+ GPUs
-    python -m sandbox.repro init-port --debug detail     # PyTorch's own report beside the sandbox's
+    python -m sandbox.repro init-port --debug DETAIL     # PyTorch's own report beside the sandbox's
 
-Exit code: 0 when every variant run behaved as documented, 1 when one did not, 2 on a usage error.
+Exit code: 0 when every variant run behaved as documented, 1 when one did not, 2 on a usage error, 130 when
+interrupted. Listing, --help and usage errors answer at once: the catalogue is read without importing torch.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import sys
 
-from sandbox.run import _Parser, _positive
+from sandbox import cli
 
 
 def explanation(doc: str) -> str:
@@ -71,18 +71,24 @@ def _list(bugs) -> None:
     console.print(t)
 
 
-def main(argv=None) -> int:
-    p = _Parser(prog="python -m sandbox.repro", description="Reproduce a documented distributed bug and its fix.")
+def parser(prog: str = "python -m sandbox.repro") -> cli.Parser:
+    p = cli.Parser(prog=prog, description="Reproduce a documented distributed bug and its fix.")
     p.add_argument("bug", nargs="?", help="the bug's slug (see --list)")
     p.add_argument("--list", action="store_true", help="list the catalogue")
     p.add_argument("--all", action="store_true", help="run every bug, both variants, and print one line each")
     p.add_argument("--variant", choices=["broken", "fixed", "both"], default="both")
-    p.add_argument("-n", dest="n", type=_positive(int), help="number of ranks (default: the bug's own)")
+    p.add_argument("-n", dest="n", type=cli.positive_int, help="number of ranks (default: the bug's own)")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL), where the bug supports it")
     p.add_argument("--json", action="store_true", help="print the runs as JSON")
     p.add_argument("--timeline", metavar="FILE", help="save a timeline picture (FILE-broken.png / FILE-fixed.png)")
-    p.add_argument("--debug", choices=["detail", "info", "off"], help="set TORCH_DISTRIBUTED_DEBUG in the ranks")
+    cli.add_common(p)
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
     a = p.parse_args(argv)
+    cli.setup_logging(a.verbose)
 
     from sandbox.bugs import registry
 
@@ -104,9 +110,14 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"sandbox.repro: {e}", file=sys.stderr)
         return 2
-    except Interrupted:
+    except Interrupted as e:
         print("sandbox.repro: interrupted.", file=sys.stderr)
-        return 130
+        return 128 + e.signal
+
+
+def _debug(a) -> str | None:
+    """TORCH_DISTRIBUTED_DEBUG for the ranks: None leaves it unset (OFF is PyTorch's default)."""
+    return a.debug if a.debug and a.debug != "OFF" else None
 
 
 def _run_one(p, bugs, a) -> int:
@@ -120,7 +131,7 @@ def _run_one(p, bugs, a) -> int:
     if n < bug.min_world_size:
         p.error(f"{bug.slug} needs at least {bug.min_world_size} ranks")
     variants = ["broken", "fixed"] if a.variant == "both" else [a.variant]
-    debug = a.debug.upper() if a.debug and a.debug != "off" else None
+    debug = _debug(a)
     runs = []
     for v in variants:
         tl = None
@@ -157,7 +168,7 @@ def _run_all(bugs, a) -> int:
         n = a.n or bug.world_size
         for v in (["broken", "fixed"] if a.variant == "both" else [a.variant]):
             res, ok, why = run_variant(bug, v, max(n, bug.min_world_size), gpu=a.gpu,
-                                       debug=a.debug.upper() if a.debug and a.debug != "off" else None)
+                                       debug=_debug(a))
             all_ok &= ok
             rows.append({"bug": bug.slug, "variant": v, "as_documented": ok, "why_not": why, "verdict": res.verdict,
                          "kind": res.diagnosis.kind, "wall_s": res.wall_s})
@@ -191,4 +202,4 @@ def _print_run(bug, variant, res, ok, why, timeline) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.guarded(main, "sandbox.repro"))

@@ -3,11 +3,12 @@
     python -m sandbox.run -n 4 train.py --lr 0.1
     python -m sandbox.run -n 4 --json -m mypkg.train
     python -m sandbox.run -n 2 --hang-after 2 --timeout 60 --timeline hang.png train.py
+    python -m sandbox.run -n 2 -v --debug DETAIL train.py   # -v: what the sandbox itself does, on stderr
 
 Every rank gets the environment torchrun gives (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, GROUP_RANK, TORCHELASTIC_*), so a script that runs under torchrun runs here unchanged.
 Exit code: 0 when every rank succeeded, 1 when the run failed, hung or timed out, 2 on a usage error,
-130/143 when interrupted.
+130/143 when interrupted (Ctrl-C at any moment: one line, never a traceback).
 """
 from __future__ import annotations
 
@@ -18,38 +19,22 @@ import signal
 import sys
 import threading
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one sentence and exit 2, not a usage dump
-        print(f"{self.prog}: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
-
-
-def _positive(kind):
-    def parse(text):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not v > 0 or v == float("inf"):
-            raise argparse.ArgumentTypeError(f"{text} must be a finite number greater than 0")
-        return v
-    return parse
+from sandbox import cli
 
 
 def parser(prog: str = "python -m sandbox.run") -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="Run a script as N ranks on this machine and diagnose hangs and failures.")
-    p.add_argument("-n", "--nproc", dest="n", type=_positive(int), default=2, metavar="N",
+    p = cli.Parser(prog=prog, description="Run a script as N ranks on this machine and diagnose hangs and failures.")
+    p.add_argument("-n", "--nproc", dest="n", type=cli.positive_int, default=2, metavar="N",
                    help="number of ranks (default 2)")
-    p.add_argument("--hang-after", type=_positive(float), default=1.0, metavar="S",
+    p.add_argument("--hang-after", type=cli.positive_seconds, default=1.0, metavar="S",
                    help="call it a hang when every live rank has been stuck this long in calls nobody can complete (default 1)")
-    p.add_argument("--timeout", type=_positive(float), default=300.0, metavar="S",
+    p.add_argument("--timeout", type=cli.positive_seconds, default=300.0, metavar="S",
                    help="stop the run after this many seconds (default 300)")
     p.add_argument("--json", action="store_true", help="print the result as JSON (the contract in the README)")
     p.add_argument("--trace-dir", metavar="DIR", help="keep each rank's trace, log and stack in DIR")
     p.add_argument("--timeline", metavar="FILE", help="save a picture of every rank's calls over time (.png, .svg)")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL); needs as many GPUs as ranks")
-    p.add_argument("--debug", choices=["OFF", "INFO", "DETAIL"], help="set TORCH_DISTRIBUTED_DEBUG in the ranks")
+    cli.add_common(p)
     p.add_argument("--live", choices=["auto", "on", "off"], default="auto",
                    help="print rank output as it comes (auto: when stderr is a terminal)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
@@ -71,6 +56,7 @@ def _preload_report() -> None:
 def main(argv=None) -> int:
     p = parser()
     a = p.parse_args(argv)
+    cli.setup_logging(a.verbose)
     if a.module is None and a.script is None:
         p.error("give a script to run (or -m MODULE)")
     if a.module is not None and a.script is not None:
@@ -88,10 +74,7 @@ def main(argv=None) -> int:
             sys.stderr.write(f"[rank {rank}] {line}\n")
             sys.stderr.flush()
 
-    got = {}
-
-    def on_term(signum, frame):
-        got["signal"] = signum
+    def on_term(signum, frame):  # outside the run itself (which handles SIGTERM like Ctrl-C): exit as killed
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
@@ -106,7 +89,7 @@ def main(argv=None) -> int:
         return 2
     except Interrupted as e:
         res = e.result
-        code = 128 + got.get("signal", signal.SIGINT)
+        code = 128 + e.signal
     from sandbox import report
 
     if a.timeline:
@@ -124,4 +107,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.guarded(main, "sandbox.run"))

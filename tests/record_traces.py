@@ -1,7 +1,8 @@
 """Re-record the trace fixtures of test_diagnose_unit.py from real runs: `python tests/record_traces.py`.
 
 Each case keeps what the diagnosis reads: the per-rank trace (rank-N.jsonl), the stacks fetched at the end
-(stack-N.txt), and meta.json with each rank's exit code and outcome plus the verdict the live run gave."""
+(stack-N.txt), the format's meta.json, and expected.json with each rank's exit code and outcome plus the verdict
+the live run gave."""
 import json
 import os
 import shutil
@@ -41,11 +42,12 @@ if __name__ == "__main__":
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         for f in os.listdir(tmp):
-            if f.endswith(".jsonl") or (f.startswith("stack-") and os.path.getsize(os.path.join(tmp, f))):
+            if f.endswith(".jsonl") or f == "meta.json" or (f.startswith("stack-")
+                                                             and os.path.getsize(os.path.join(tmp, f))):
                 shutil.copy(os.path.join(tmp, f), out)
         shutil.rmtree(tmp)
         meta = {"verdict": res.verdict, "kind": res.diagnosis.kind, "culprit_ranks": res.diagnosis.culprit_ranks,
                 "ranks": {str(r.rank): {"exit_code": r.exit_code, "outcome": r.outcome} for r in res.ranks}}
-        with open(os.path.join(out, "meta.json"), "w") as f:
+        with open(os.path.join(out, "expected.json"), "w") as f:
             json.dump(meta, f, indent=1)
         print(f"{name:14} {res.verdict:6} {res.diagnosis.kind}")

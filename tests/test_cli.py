@@ -1,11 +1,14 @@
 """`python -m sandbox.run` as a user runs it: the JSON contract, torchrun's environment, exit codes, bad input."""
 import json
 import os
-import sys
+import re
+import subprocess
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, python, run_cli
+from sandbox import cli, repro
+from sandbox import run as run_cmd
 
 EX = os.path.join(ROOT, "examples")
 
@@ -24,9 +27,13 @@ def test_ok_run_json_contract(clean):
     assert d["diagnosis"]["kind"] == "none"
     assert [r["rank"] for r in d["ranks"]] == [0, 1, 2, 3]
     for r in d["ranks"]:
-        assert set(r) >= {"rank", "outcome", "exit_code", "pending", "error"}
-        assert (r["outcome"], r["exit_code"], r["pending"], r["error"]) == ("ok", 0, None, None)
+        assert set(r) >= {"rank", "outcome", "exit_code", "pending", "error", "stack", "pid", "output"}
+        assert (r["outcome"], r["exit_code"], r["pending"], r["error"], r["stack"]) == ("ok", 0, None, None, None)
         assert "sum over 4 ranks: [10.0, 10.0, 10.0, 10.0]" in r["output"]
+        assert isinstance(r["pid"], int) and r["pid"] > 0
+    assert len({r["pid"] for r in d["ranks"]}) == 4  # one process a rank
+    assert "trace_dir" not in d  # only with --trace-dir: a temp dir is gone once the run returns
+    assert isinstance(d["pgid"], int) and d["pgid"] > 0
 
 
 def test_mismatch_json_and_exit_code(clean):
@@ -40,6 +47,11 @@ def test_mismatch_json_and_exit_code(clean):
     assert r2["pending"]["op"] == "broadcast" and r2["pending"]["seq"] == 1
     assert r2["pending"]["site"].endswith("mismatch.py:9")
     assert d["ranks"][0]["pending"]["op"] == "all_reduce"
+    for r in d["ranks"]:  # every rank hung inside the user's function `step`, and its stack says so
+        assert r["outcome"] == "hung" and isinstance(r["pid"], int)
+        assert re.search(r'mismatch\.py", line \d+ in step', r["stack"] or ""), r["stack"]
+        assert "step 0" in r["output"]
+    assert "trace_dir" not in d and isinstance(d["pgid"], int)
 
 
 def test_terminal_report_order(clean):
@@ -93,9 +105,12 @@ def test_module_mode(tmp_path, clean):
 
 def test_timeline_and_trace_dir(tmp_path, clean):
     png, traces = tmp_path / "t.png", tmp_path / "traces"
-    p = run_cli("sandbox.run", "-n", "2", "--timeline", str(png), "--trace-dir", str(traces),
+    p = run_cli("sandbox.run", "-n", "2", "--json", "--timeline", str(png), "--trace-dir", os.path.relpath(traces),
                 os.path.join(EX, "send_cycle.py"))
     assert p.returncode == 1
+    d = _json(p)
+    assert d["trace_dir"] == str(traces)  # absolute, though given relative
+    assert all(isinstance(r["pid"], int) and "send_cycle.py" in r["stack"] for r in d["ranks"])
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert set(os.listdir(traces)) >= {"rank-0.jsonl", "rank-0.log", "rank-1.jsonl", "rank-1.log",
                                        "stack-0.txt", "stack-1.txt"}
@@ -107,12 +122,17 @@ def test_timeline_and_trace_dir(tmp_path, clean):
 
 BAD = [
     (["-n", "4", "no/such/script.py"], "no such script"),
-    (["-n", "0", "x.py"], "must be a finite number greater than 0"),
+    (["-n", "0", "x.py"], "argument -n/--nproc: 0 must be at least 1"),
+    (["-n", "-2", "x.py"], "-2 must be at least 1"),
     (["-n", "100000", "EX/allreduce.py"], "at most 128"),
-    (["-n", "abc", "x.py"], "is not a number"),
-    (["--timeout", "-3", "x.py"], "must be a finite number greater than 0"),
-    (["--hang-after", "0", "x.py"], "must be a finite number greater than 0"),
-    (["--timeout", "nan", "x.py"], "must be a finite number greater than 0"),
+    (["-n", "abc", "x.py"], "'abc' is not a whole number"),
+    (["-n", "2.5", "x.py"], "'2.5' is not a whole number"),
+    (["--timeout", "-3", "x.py"], "-3 must be a positive number of seconds"),
+    (["--hang-after", "0", "x.py"], "0 must be a positive number of seconds"),
+    (["--timeout", "nan", "x.py"], "nan must be a positive number of seconds"),
+    (["--timeout", "inf", "x.py"], "inf must be a finite number of seconds"),
+    (["--timeout", "soon", "x.py"], "'soon' is not a number"),
+    (["--debug", "loud", "x.py"], "'loud' is not one of DETAIL, INFO, OFF"),
     ([], "give a script"),
     (["--timeline", "out.txt", "EX/allreduce.py"], "--timeline wants"),
 ]
@@ -126,6 +146,76 @@ def test_bad_input_is_one_sentence_exit_2(args, says, clean):
     assert "Traceback" not in p.stderr
     assert says in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("args,says", [
+    (["-n", "2.5", "kv-sync"], "'2.5' is not a whole number"),
+    (["-n", "0", "kv-sync"], "argument -n: 0 must be at least 1"),
+    (["--debug", "loud", "kv-sync"], "'loud' is not one of DETAIL, INFO, OFF"),
+])
+def test_repro_bad_input_is_one_sentence_exit_2(args, says):
+    p = run_cli("sandbox.repro", *args)
+    assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("make", [run_cmd.parser, repro.parser], ids=["run", "repro"])
+def test_debug_takes_either_spelling_and_shows_one(make):
+    p = make()
+    for text, level in [("DETAIL", "DETAIL"), ("detail", "DETAIL"), ("Info", "INFO"), ("off", "OFF"), ("OFF", "OFF")]:
+        assert p.parse_args(["--debug", text, "x.py"]).debug == level
+    assert p.parse_args(["x.py"]).debug is None
+    help_text = " ".join(p.format_help().split())
+    assert "--debug {DETAIL,INFO,OFF}" in help_text
+    assert "detail" not in help_text.replace("DETAIL", "")
+
+
+@pytest.mark.parametrize("make", [run_cmd.parser, repro.parser], ids=["run", "repro"])
+def test_verbose_flag(make):
+    p = make()
+    assert p.parse_args(["-v", "x.py"]).verbose and p.parse_args(["--verbose", "x.py"]).verbose
+    assert not p.parse_args(["x.py"]).verbose
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([python(), "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_verbose_shows_the_sandboxs_own_steps_only():
+    p = _python("import logging\n"
+                "from sandbox import cli\n"
+                "cli.setup_logging(False)\n"
+                "logging.getLogger('sandbox.launch').info('not shown without -v')\n"
+                "cli.setup_logging(True)\n"
+                "cli.setup_logging(True)\n"
+                "logging.getLogger('sandbox.launch').info('zygote started')\n"
+                "logging.getLogger('urllib3').info('not the sandbox')\n"
+                "logging.getLogger('urllib3').warning('a warning of another library')\n")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == ["sandbox: zygote started", "a warning of another library"]
+
+
+def test_debug_level_reaches_the_ranks_in_any_case(tmp_path, clean):
+    script = tmp_path / "env.py"
+    script.write_text("import os\nprint('DEBUG', os.environ.get('TORCH_DISTRIBUTED_DEBUG'))\n")
+    d = _json(run_cli("sandbox.run", "-n", "2", "--json", "--debug", "detail", str(script)))
+    assert d["verdict"] == "ok", d["diagnosis"]
+    assert all("DEBUG DETAIL" in r["output"] for r in d["ranks"])
+
+
+def test_ctrl_c_anywhere_is_one_line_and_exit_130():
+    """A real SIGINT inside `python -m sandbox.run`'s main, before the run could catch it (here: as it starts)."""
+    p = _python("import runpy, signal, sys\n"
+                "import sandbox\n"
+                "def interrupted(*args, **kw):\n"
+                "    signal.raise_signal(signal.SIGINT)  # Ctrl-C, handled at once\n"
+                "    raise AssertionError('SIGINT did not interrupt')\n"
+                "sys.modules['sandbox.launch'].run_script = interrupted  # the module: sandbox.launch is the function\n"
+                "sys.argv = ['sandbox.run', '-n', '2', 'x.py']\n"
+                "runpy.run_module('sandbox.run', run_name='__main__', alter_sys=True)\n")
+    assert p.returncode == cli.INTERRUPTED == 130, p.stderr
+    assert p.stderr.strip() == "sandbox.run: interrupted.", p.stderr
 
 
 def test_gpu_without_gpu_is_a_usage_error(clean):

@@ -6,56 +6,73 @@ import os
 
 import pytest
 
-from sandbox.diagnose import (RankTrack, diagnose_failure, diagnose_hang, judge_offline, load_dir,
-                              progress_possible, short)
+from sandbox import policy
+from sandbox.diagnose import diagnose_hang, progress_possible, provable_deadlock
+from sandbox.diagnose.__main__ import load_result
+from sandbox.events import RankTrack, load_dir
+from sandbox.words import short
 
 TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "traces")
 RECORDED = sorted(os.listdir(TRACES))
 
 
+def _expected(name):
+    with open(os.path.join(TRACES, name, "expected.json")) as f:
+        return json.load(f)
+
+
 def _load(name):
-    d = os.path.join(TRACES, name)
-    tracks = load_dir(d)
-    meta = json.load(open(os.path.join(d, "meta.json")))
-    for r, info in meta["ranks"].items():
-        tracks[int(r)].exit_code, tracks[int(r)].outcome = info["exit_code"], info["outcome"]
-    return tracks, meta
+    """The tracks as the live run's launcher had them: exit codes known, the ranks it ended marked."""
+    tracks = load_dir(os.path.join(TRACES, name))
+    exp = _expected(name)
+    for r, info in exp["ranks"].items():
+        t = tracks[int(r)]
+        t.pid = 1000 + int(r)  # a live run knows its ranks' pids (the value does not matter here)
+        t.exit_code = info["exit_code"]
+        t.ended_by_sandbox = info["outcome"] in ("hung", "stopped")
+    return tracks, exp
+
+
+def _why_stopped(exp):
+    if exp["verdict"] == "hang":
+        return policy.HANG
+    if any(i["outcome"] == "stopped" for i in exp["ranks"].values()):
+        return policy.FAILURE
+    return None
 
 
 @pytest.mark.parametrize("name", RECORDED)
 def test_recorded_trace_gives_the_live_verdict(name):
-    tracks, meta = _load(name)
-    if meta["verdict"] == "hang":
-        d = diagnose_hang(tracks)
-    elif meta["verdict"] in ("crash", "error"):
-        d = diagnose_failure(tracks)
-    else:
-        assert all(t.pending is None and t.end["outcome"] == "ok" for t in tracks.values())
-        return
-    assert (d.kind, d.culprit_ranks) == (meta["kind"], meta["culprit_ranks"]), d.summary
+    tracks, exp = _load(name)
+    j = policy.judge(tracks, _why_stopped(exp))
+    assert (j.verdict, j.diagnosis.kind, j.diagnosis.culprit_ranks) == (exp["verdict"], exp["kind"],
+                                                                        exp["culprit_ranks"]), j.diagnosis.summary
+    assert j.outcomes == {int(r): i["outcome"] for r, i in exp["ranks"].items()}
 
 
-@pytest.mark.parametrize("name", [n for n in RECORDED if json.load(open(os.path.join(TRACES, n, "meta.json")))["verdict"] == "hang"])
+@pytest.mark.parametrize("name", RECORDED)
+def test_offline_judgement_equals_the_live_one(name):
+    res = load_result(os.path.join(TRACES, name))  # files alone, no exit codes: as from torchrun
+    tracks, exp = _load(name)
+    live = policy.judge(tracks, _why_stopped(exp))
+    assert (res.verdict, res.diagnosis.kind, res.diagnosis.culprit_ranks) == (live.verdict, live.diagnosis.kind,
+                                                                              live.diagnosis.culprit_ranks)
+    assert (res.diagnosis.op, res.diagnosis.group, res.diagnosis.seq, res.diagnosis.site) == (
+        live.diagnosis.op, live.diagnosis.group, live.diagnosis.seq, live.diagnosis.site)
+
+
+@pytest.mark.parametrize("name", [n for n in RECORDED if _expected(n)["verdict"] == "hang"])
 def test_recorded_hang_is_not_progressable(name):
     tracks, _ = _load(name)
     for t in tracks.values():
-        t.outcome, t.exit_code = None, None  # as the watchdog saw them: alive, blocked
+        t.exit_code, t.ended_by_sandbox = None, False  # as the watchdog saw them: alive, blocked
     assert not progress_possible(tracks)
-
-
-@pytest.mark.parametrize("name", ["op_mismatch", "send_cycle", "missing_rank"])
-def test_offline_judgement_from_files_alone(name):
-    tracks = load_dir(os.path.join(TRACES, name))  # no exit codes: as from torchrun
-    meta = json.load(open(os.path.join(TRACES, name, "meta.json")))
-    verdict, d, outcomes = judge_offline(tracks)
-    assert (verdict, d.kind, d.culprit_ranks) == ("hang", meta["kind"], meta["culprit_ranks"])
-    assert set(outcomes.values()) == {"hung"}
 
 
 def test_fixing_the_odd_rank_makes_the_mismatch_go_away():
     tracks, _ = _load("op_mismatch")
     for t in tracks.values():
-        t.outcome, t.exit_code = None, None
+        t.exit_code, t.ended_by_sandbox = None, False
     odd = tracks[1].pending
     good = tracks[0].pending
     for k in ("op", "sig", "shapes", "dtypes", "root"):  # rank 1 now calls what the others call
@@ -156,3 +173,184 @@ def test_send_and_recv_with_different_tags_never_match():
     assert not progress_possible(tracks)
     d = diagnose_hang(tracks)
     assert d.kind == "p2p_cycle" and "different tags" in d.summary
+
+
+# ------------------------------------------------------------------------------------------ the watchdog's policy
+
+S = policy.Settings(hang_after=1.0, settle=0.1, timeout=60.0)
+
+
+def _decide(tracks, now=100.0, elapsed=5.0, quiet_s=0.0, failed_since=None):
+    return policy.decide(tracks, now, elapsed=elapsed, quiet_s=quiet_s, failed_since=failed_since, settings=S)
+
+
+def _blocked_at(t, when):
+    t.pending["t"] = when
+
+
+def test_a_provable_mismatch_is_named_once_the_traces_settle():
+    tracks, _ = _load("op_mismatch")
+    for t in tracks.values():
+        t.exit_code, t.ended_by_sandbox = None, False
+        _blocked_at(t, 99.95)  # the last rank blocked 0.05 s ago
+    assert provable_deadlock(tracks)
+    assert _decide(tracks, quiet_s=0.05) is None          # a trace changed just now: wait for it to settle
+    d = _decide(tracks, quiet_s=0.1)
+    assert d is not None and d.stop == policy.HANG and "provable" in d.reason
+
+
+def test_a_send_send_cycle_is_provable_but_a_missing_rank_is_not():
+    cycle = {0: _track(0, {"op": "send", "peer": 1}), 1: _track(1, {"op": "send", "peer": 0})}
+    assert provable_deadlock(cycle)
+    tracks, _ = _load("missing_rank")
+    for t in tracks.values():
+        t.exit_code, t.ended_by_sandbox = None, False
+    assert not progress_possible(tracks) and not provable_deadlock(tracks)
+    for t in tracks.values():
+        if t.pending:
+            _blocked_at(t, 99.5)
+    assert _decide(tracks, quiet_s=0.5) is None          # it might still move: the grace period applies
+    for t in tracks.values():
+        if t.pending:
+            _blocked_at(t, 98.9)
+    d = _decide(tracks, quiet_s=1.1)
+    assert d.stop == policy.HANG and d.blocked_s == pytest.approx(1.1)
+
+
+def test_a_posted_isend_keeps_a_cycle_from_being_provable():
+    a = _track(0, {"op": "isend", "peer": 1, "async": True}, {"op": "send", "peer": 1})
+    _done(a, 1)
+    b = _track(1, {"op": "send", "peer": 0})
+    assert not provable_deadlock({0: a, 1: b})
+
+
+def test_decide_stops_on_failure_and_timeout_and_not_while_busy():
+    busy = {0: _track(0), 1: _track(1, AR)}
+    assert _decide(busy, quiet_s=5) is None
+    assert _decide(busy, elapsed=61).stop == policy.TIMEOUT
+    busy[0].exit_code = 3
+    # its peer, blocked since t=1.0, gets a moment to report what it saw, then is ended
+    assert _decide(busy, now=1.1, failed_since=0.1) is None
+    assert _decide(busy, now=1.4, failed_since=0.4).stop == policy.FAILURE
+    busy[1].feed({"ev": "exit", "rank": 1, "id": 1, "op": "all_reduce", "t": 1.2})  # busy in its own code now
+    assert _decide(busy, now=1.5, failed_since=0.5) is None
+    assert _decide(busy, now=2.0, failed_since=1.0).stop == policy.FAILURE
+
+
+def test_blocked_ranks_whose_peers_have_all_exited_are_hung():
+    # 4 ranks, different rank lists to new_group: ranks 0 and 3 got through and exited, 1 and 2 wait forever
+    def ng(rank, ranks, done):
+        t = RankTrack(rank)
+        t.feed({"ev": "hello", "rank": rank, "world_size": 4, "t": 0.0})
+        t.feed({"ev": "enter", "rank": rank, "id": 1, "op": "new_group", "ranks": ranks, "index": 0, "t": 1.0,
+                "site": "job.py:5"})
+        if done:
+            t.feed({"ev": "exit", "rank": rank, "id": 1, "op": "new_group", "t": 1.1})
+            t.feed({"ev": "end", "rank": rank, "outcome": "ok", "exit_code": 0, "t": 1.2})
+            t.exit_code = 0
+        t.pid = 100 + rank
+        return t
+    tracks = {0: ng(0, [0, 1], True), 1: ng(1, [1, 2], False), 2: ng(2, [1, 2], False), 3: ng(3, [0, 1], True)}
+    assert not progress_possible(tracks)
+    d = diagnose_hang(tracks)
+    assert d.kind in ("group_mismatch", "missing_ranks"), d.summary
+
+
+def test_a_collective_whose_early_leaver_has_exited_cannot_complete():
+    bc = {"op": "broadcast", "gname": "0", "group": [0, 1], "seq": 1, "root": 0, "sig": "broadcast|0|[[4]]|['float32']"}
+    root = _track(0, bc)
+    _done(root, 1)
+    other = _track(1, bc)
+    assert progress_possible({0: root, 1: other})          # the root left early but is alive: fine
+    root.exit_code, root.pid, other.pid = 0, 10, 11
+    assert not progress_possible({0: root, 1: other})      # it has exited: rank 1 can only be hung
+
+
+# ------------------------------------------------------------------------------------------ the judge and the words
+
+def test_interrupted_is_not_worded_as_a_timeout():
+    tracks, _ = _load("op_mismatch")
+    j = policy.judge(tracks, "interrupted", timeout=2.3456)
+    assert j.verdict == "interrupted"
+    assert j.diagnosis.summary.startswith("Interrupted")
+    assert "timeout" not in j.diagnosis.summary and "2.3456" not in j.diagnosis.summary
+    assert set(j.outcomes.values()) == {"hung"}
+
+
+def test_every_rank_raising_the_same_error_is_said_once():
+    def raising(rank):
+        t = _track(rank)
+        t.feed({"ev": "end", "rank": rank, "outcome": "error", "t": 2.0,
+                "error": {"type": "SyntaxError", "message": "invalid syntax (job.py, line 3)", "site": "job.py:3"}})
+        t.exit_code, t.pid = 1, 10 + rank
+        return t
+    tracks = {r: raising(r) for r in range(3)}
+    j = policy.judge(tracks, policy.FAILURE)
+    assert j.verdict == "error"
+    assert j.diagnosis.summary.startswith("All 3 ranks raised the same error, SyntaxError"), j.diagnosis.summary
+    assert "peers saw" not in j.diagnosis.summary
+
+
+def test_feeding_events_leaves_them_as_the_tracer_wrote_them():
+    t = _track(0, dict(AR))
+    t.feed({"ev": "exit", "rank": 0, "id": 1, "op": "all_reduce", "inflight": True, "t": 2.0})
+    t.feed({"ev": "done", "rank": 0, "id": 1, "t": 2.5})
+    enter = next(e for e in t.events if e["ev"] == "enter")
+    assert set(enter) == {"ev", "rank", "id", "t", "site"} | set(AR)
+
+
+def test_stack_top_shows_user_and_catalogue_frames_but_not_plumbing(tmp_path):
+    from sandbox import words
+    import sandbox
+    pkg = os.path.dirname(sandbox.__file__)
+    stack = (f'Thread 0x1 (most recent call first):\n'
+             f'  File "{pkg}/trace.py", line 300 in traced\n'
+             f'  File "{pkg}/bugs/kv_sync.py", line 88 in broken\n'
+             f'  File "{pkg}/rank.py", line 120 in _run\n')
+    assert words.stack_top(stack).endswith("kv_sync.py:88 (in broken)")
+    user = '  File "/home/me/sandbox/train.py", line 7 in step\n'  # a user's own folder named sandbox
+    assert words.stack_top("Thread 0x1:\n" + user) == "/home/me/sandbox/train.py:7 (in step)"
+
+
+def test_a_value_is_read_without_touching_sys_modules():
+    import pickle
+    import sys
+    from sandbox.result import RankResult
+    before = dict(sys.modules)
+    r = RankResult(0, "ok", value_bytes=pickle.dumps({"x": [1, 2]}))
+    assert r.value == {"x": [1, 2]}
+    assert sys.modules.keys() == before.keys()
+
+
+def test_another_format_version_is_refused(tmp_path):
+    import shutil
+    from sandbox.events import FormatError
+    d = tmp_path / "old"
+    shutil.copytree(os.path.join(TRACES, "send_cycle"), d)
+    (d / "meta.json").write_text('{"format": "dist-sandbox-trace", "version": 0}')
+    with pytest.raises(FormatError, match="version 0"):
+        load_dir(str(d))
+
+
+def test_the_timeline_draws_an_in_flight_call_until_it_is_done():
+    from sandbox.report import spans
+    enter = {"ev": "enter", "rank": 0, "id": 1, "op": "all_reduce", "t": 1.0}
+    inflight = {"ev": "exit", "rank": 0, "id": 1, "op": "all_reduce", "inflight": True, "t": 1.1}
+    bars, stuck = spans([enter, inflight], [0])
+    assert bars[0] == [] and stuck == [enter]                   # returned to Python, still running on the GPU
+    bars, stuck = spans([enter, inflight, {"ev": "done", "rank": 0, "id": 1, "t": 3.0}], [0])
+    assert bars[0] == [(enter, 3.0, False)] and stuck == []
+
+
+def test_the_log_cut_says_line_or_lines():
+    import io
+    from sandbox.result import Diagnosis, RankResult, RunResult
+    def cut(n_lines):
+        res = RunResult("ok", 1, 1.0, Diagnosis("none", "fine"),
+                        [RankResult(0, "ok", exit_code=0, output="\n".join(map(str, range(n_lines))))])
+        out = io.StringIO()
+        from sandbox.report import print_result
+        print_result(res, file=out, max_log_lines=2)
+        return out.getvalue()
+    assert "... 1 earlier line\n" in cut(3)
+    assert "... 2 earlier lines\n" in cut(4)

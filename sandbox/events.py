@@ -1,0 +1,322 @@
+"""The trace format, and one rank's state built from it. No torch here: the parent and `sandbox.diagnose` read
+traces without importing it.
+
+A trace directory holds, per rank, `rank-<R>.jsonl` (events, one JSON object a line, appended with O_APPEND so
+lines from one rank never interleave) and `stack-<R>.txt` (a faulthandler dump, written when the rank is asked for
+its stack or ended by torchrun's SIGTERM). `meta.json` names the format and its version:
+
+    {"format": "dist-sandbox-trace", "version": 1, ...}
+
+`sandbox.diagnose DIR` refuses a directory of another version, as PyTorch's flight-recorder analyser does.
+
+Events (every one has "ev", "rank" and "t", seconds since the epoch):
+
+- `hello`: the rank started tracing. `pid`, `host`, `torch` (version), `format` (FORMAT_VERSION), `world_size`,
+  `local_rank`; under torchrun also `group_rank` and `launcher`.
+- `enter`: a torch.distributed call starts. Written before the call can block, so it survives a hang or a kill.
+  - `id`: the call's number in this rank, unique and increasing (also across threads).
+  - `op`: the function called (`all_reduce`, `send`, ..., or `wait` for `Work.wait()` on an async op).
+  - `site`: `file:line` of the user's call (the first frame outside torch and the sandbox), `func` its function.
+  - `group`: the global ranks of the process group; `gname`: the group's name (PyTorch's
+    `_get_process_group_name`), which tells apart two groups with the same ranks.
+  - `seq`: collectives only: the call's 1-based number among this rank's collectives on `gname`. Ranks at the same
+    `(gname, seq)` must be making the same call.
+  - `sig`: collectives only: `op|root|shapes|dtypes`, what must be equal on every rank at one `(gname, seq)`.
+  - `shapes`, `dtypes`, `devices`: this rank's contribution (one entry per tensor).
+  - `root`: the src/dst of a rooted collective (broadcast, reduce, gather, scatter, *_object); `peer`: the other
+    rank of a point-to-point op; `tag`: a point-to-point tag other than 0.
+  - `async`: the call returned a Work to wait on later (isend, irecv, async_op=True); such an op stays posted until
+    its `wait`. `p2p`: for `batch_isend_irecv`, each op as `{"op", "peer", "shapes"}`.
+  - `wait` events add `of` (the op being waited on), `of_id` (its call id) and, for one op of a
+    `batch_isend_irecv`, `of_idx` (its index in that batch); they copy the group, seq, peer and shape fields of `of`.
+  - `init_process_group`: `backend`, `init_method`, `endpoint` (host:port it meets at), `world_size`,
+    `MASTER_ADDR`, `MASTER_PORT`, `device_id`, `timeout_s`. `new_group`: `ranks` (or "all"), `index` (this rank's
+    count of new_group calls), `local_sync` when made with use_local_synchronization.
+- `exit`: the call with `id` returned (`op` repeated), or raised (`error`: "Type: message"). With `inflight`: it
+  returned to Python but is still running on the GPU (NCCL); a `done` event with the same `id` follows when the
+  GPU has finished it. Until then the call is still pending.
+- `done`: an in-flight call finished on the GPU.
+- `end`: the rank's own code ended: `outcome` "ok", "error" (with `error`: `type`, `message`, `traceback`,
+  `site`) or "exit" (sys.exit with a non-zero `exit_code`). A rank that is killed writes none.
+- `tracer_error`: the tracer itself failed to describe a call (`op`, `error`); the call ran untraced.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+FORMAT = "dist-sandbox-trace"
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+TRACE_FILE = re.compile(r"rank-(\d+)\.jsonl")
+
+COLLECTIVES = frozenset({
+    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "barrier",
+    "monitored_barrier", "all_gather_object", "gather_object", "broadcast_object_list", "scatter_object_list"})
+SENDS = frozenset({"send", "isend", "send_object_list"})
+RECVS = frozenset({"recv", "irecv", "recv_object_list"})
+# a collective's per-rank shapes may differ legitimately in these (uneven splits)
+UNEVEN = frozenset({"all_to_all", "all_to_all_single", "gather", "scatter"})
+BUCKET_WINDOW = 4096  # a rank remembers the collectives of its last BUCKET_WINDOW sequence numbers per group
+MAX_EVENTS = 200_000  # per rank: a long job keeps its most recent calls, not all of them
+
+
+class FormatError(ValueError):
+    """A trace directory written by another version of the format (or not by the sandbox)."""
+
+
+# ----------------------------------------------------------------------------------------------- writing
+
+def encode(event: dict) -> bytes:
+    """One event as its line."""
+    return (json.dumps(event, separators=(",", ":"), default=str) + "\n").encode()
+
+
+def fragment(fields: dict) -> bytes:
+    """Fields of an event as a JSON fragment (no braces), to be cached and spliced into `enter_line`."""
+    return json.dumps(fields, separators=(",", ":"), default=str)[1:-1].encode()
+
+
+_ENTER_HEAD = b'{"ev":"enter"'
+_INFLIGHT = b'"inflight":true'
+
+
+def enter_line(rank: int, call_id: int, t: float, frag: bytes, seq: int | None = None) -> bytes:
+    """The enter event of a call, from its cached static fragment (the tracer's fast path)."""
+    if seq is None:
+        return b'%s,"rank":%d,"id":%d,"t":%.6f,%s}\n' % (_ENTER_HEAD, rank, call_id, t, frag)
+    return b'%s,"rank":%d,"id":%d,"t":%.6f,"seq":%d,%s}\n' % (_ENTER_HEAD, rank, call_id, t, seq, frag)
+
+
+def exit_line(rank: int, call_id: int, op: str, t: float) -> bytes:
+    """The exit event of a call that returned."""
+    return b'{"ev":"exit","rank":%d,"id":%d,"op":"%s","t":%.6f}\n' % (rank, call_id, op.encode(), t)
+
+
+def may_block(line: bytes) -> bool:
+    """Cheap, without parsing: does this last line of a trace leave its rank inside a call?"""
+    return line.startswith(_ENTER_HEAD) or _INFLIGHT in line
+
+
+def write_meta(directory: str, **fields) -> None:
+    """Write meta.json (format and version) unless it is there; safe when several ranks race to write it."""
+    path = os.path.join(directory, META_FILE)
+    if os.path.exists(path):
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"format": FORMAT, "version": FORMAT_VERSION, **fields}, f)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------------- reading
+
+def parse(line: bytes | str) -> dict | None:
+    """One trace line as an event, or None if it is not one the tracer could have written (a torn last line)."""
+    try:
+        ev = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(ev, dict) or not isinstance(ev.get("ev"), str) or not isinstance(ev.get("t", 0), (int, float)):
+        return None
+    if ev["ev"] in ("enter", "exit", "done") and not isinstance(ev.get("id"), int):
+        return None
+    if ev["ev"] == "enter" and (not isinstance(ev.get("op"), str) or "t" not in ev):
+        return None
+    return ev
+
+
+def read_meta(directory: str) -> dict | None:
+    """meta.json of a trace directory, checked: None if there is none, FormatError if it is of another version."""
+    path = os.path.join(directory, META_FILE)
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{path} is not readable JSON ({e}).") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise FormatError(f"{path} does not describe a dist-sandbox trace (no \"format\": \"{FORMAT}\").")
+    if meta.get("version") != FORMAT_VERSION:
+        raise FormatError(f"{directory} holds traces in format version {meta.get('version')}; this dist-sandbox"
+                          f" reads version {FORMAT_VERSION}. Diagnose it with the dist-sandbox that wrote it.")
+    return meta
+
+
+def load_dir(path: str) -> dict[int, "RankTrack"]:
+    """Every rank's track from a trace directory (checks meta.json's version first)."""
+    read_meta(path)
+    tracks: dict[int, RankTrack] = {}
+    for name in sorted(os.listdir(path)):
+        m = TRACE_FILE.fullmatch(name)
+        if not m:
+            continue
+        t = RankTrack(int(m.group(1)))
+        try:
+            with open(os.path.join(path, name), "rb") as f:
+                for line in f:
+                    ev = parse(line)
+                    if ev is not None:  # a torn last line of a killed rank, or junk, is skipped
+                        t.feed(ev)
+        except OSError:
+            continue
+        t.stack = read_text(os.path.join(path, f"stack-{t.rank}.txt")) or None
+        tracks[t.rank] = t
+    return tracks
+
+
+def read_text(path: str, cap: int = 1 << 20) -> str:
+    """The last `cap` bytes of a file as text ('' if it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - cap))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class Tail:
+    """Reads the whole lines appended to a file since the last call."""
+
+    def __init__(self, path: str):
+        self.path, self.f, self.buf = path, None, b""
+
+    def lines(self) -> list[bytes]:
+        if self.f is None:
+            try:
+                self.f = open(self.path, "rb")
+            except FileNotFoundError:
+                return []
+        data = self.f.read()
+        if not data:
+            return []
+        self.buf += data
+        *done, self.buf = self.buf.split(b"\n")
+        return done
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+
+
+# ----------------------------------------------------------------------------------------------- one rank's state
+
+def op_of(p: dict) -> str:
+    """The op a pending event stands for (a `wait` stands for the op it waits on)."""
+    return p.get("of") if p["op"] == "wait" else p["op"]
+
+
+def is_collective(p: dict) -> bool:
+    return op_of(p) in COLLECTIVES
+
+
+def p2p_direction(p: dict) -> str | None:
+    op = op_of(p)
+    return "send" if op in SENDS else "recv" if op in RECVS else None
+
+
+class RankTrack:
+    """One rank's state, built from its trace events by `feed` (the only writer of the trace-derived fields).
+
+    The process facts (`pid`, `exit_code`, `exit_t`, `ended_by_sandbox`) are set by the launcher of a live run and
+    stay None/False offline; `stack` is read from the stack file. Outcomes are not stored here: the judge
+    (`sandbox.policy.judge`) derives them.
+    """
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.events: list[dict] = []
+        self.open: dict[int, dict] = {}        # call id -> enter event, for calls that have not finished
+        self.inflight: set[int] = set()        # of those, calls that returned to Python but run on the GPU
+        self.posted: dict = {}                 # async ops started but not yet waited on
+        self.hello: dict | None = None
+        self.end: dict | None = None
+        self.inits: list[dict] = []
+        self.new_groups: list[dict] = []
+        self.by_bucket: dict[tuple, dict] = {}  # (gname, seq) -> enter event of that collective
+        self.passed: dict[tuple, bool] = {}      # (gname, seq) -> that collective returned without an error
+        self.failed_call: dict | None = None     # the distributed call that raised, if one did
+        self.pid: int | None = None
+        self.exit_code: int | None = None
+        self.exit_t: float | None = None
+        self.ended_by_sandbox = False
+        self.stack: str | None = None
+
+    def feed(self, ev: dict) -> None:
+        self.events.append(ev)
+        if len(self.events) > MAX_EVENTS:
+            del self.events[:MAX_EVENTS // 2]
+        kind = ev.get("ev")
+        if kind == "enter":
+            self.open[ev["id"]] = ev
+            op = ev["op"]
+            if op == "init_process_group":
+                self.inits.append(ev)
+            elif op == "new_group":
+                self.new_groups.append(ev)
+            elif op in COLLECTIVES and "seq" in ev:
+                key = (ev.get("gname"), ev["seq"])
+                self.by_bucket[key] = ev
+                if isinstance(ev["seq"], int):  # only recent calls matter
+                    old = (ev.get("gname"), ev["seq"] - BUCKET_WINDOW)
+                    self.by_bucket.pop(old, None)
+                    self.passed.pop(old, None)
+            elif op == "wait":
+                self.posted.pop(ev.get("of_id"), None)
+                self.posted.pop((ev.get("of_id"), ev.get("of_idx")), None)
+        elif kind == "exit" and ev.get("inflight"):
+            if ev.get("id") in self.open:  # returned to Python, still running on the GPU: still pending
+                self.inflight.add(ev["id"])
+        elif kind == "done":
+            self._returned(ev, self.open.pop(ev.get("id"), None))
+        elif kind == "exit":
+            start = self.open.pop(ev.get("id"), None)
+            self._returned(ev, start)
+            if start is not None:
+                if ev.get("error"):
+                    self.failed_call = start
+                elif start.get("async") and start["op"] != "wait":
+                    if start["op"] == "batch_isend_irecv":
+                        for i, p in enumerate(start.get("p2p", [])):
+                            self.posted[(start["id"], i)] = {**start, "op": p["op"], "peer": p["peer"]}
+                    else:
+                        self.posted[start["id"]] = start
+        elif kind == "hello":
+            self.hello = ev
+        elif kind == "end":
+            self.end = ev
+
+    def _returned(self, ev: dict, start: dict | None) -> None:
+        if start is None:
+            return
+        self.inflight.discard(start["id"])
+        if start["op"] in COLLECTIVES and "seq" in start:
+            self.passed[(start.get("gname"), start["seq"])] = not ev.get("error")
+
+    @property
+    def pending(self) -> dict | None:
+        """The distributed call this rank is inside now (the innermost one), or None."""
+        if not self.open:
+            return None
+        return self.open[max(self.open)]
+
+    @property
+    def error(self) -> dict | None:
+        """The error the rank's own code raised (from its `end` event), or None."""
+        if self.end is not None and self.end.get("outcome") == "error":
+            return self.end.get("error")
+        return None
+
+    @property
+    def finished(self) -> bool:
+        """Done with its own code. A rank the sandbox ended is judged as it was when it was ended: not finished."""
+        if self.ended_by_sandbox:
+            return False
+        if self.pid is not None:  # a live run: the process may still run atexit handlers after its "end"
+            return self.exit_code is not None
+        return self.exit_code is not None or self.end is not None

@@ -1,0 +1,127 @@
+"""The one judge: when to stop watching a run (`decide`) and what the run came to (`judge`).
+
+Both are pure functions of the ranks' tracks (and the clock, for `decide`): `sandbox.launch` asks them while a run
+is live, `python -m sandbox.diagnose DIR` asks `judge` about a directory of traces brought home from torchrun, and
+the tests ask them about recorded traces. The same traces get the same verdict either way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sandbox.diagnose import (diagnose_failure, diagnose_hang, diagnose_interrupted, diagnose_timeout,
+                              progress_possible, provable_deadlock)
+from sandbox.events import RankTrack
+from sandbox.result import Diagnosis
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The watchdog's knobs, in seconds."""
+    hang_after: float = 1.0      # every live rank blocked in calls nobody can complete for this long: a hang
+    settle: float = 0.1          # a provable deadlock is named once no trace has changed for this long
+    peer_report: float = 0.3     # after a rank failed, its blocked peers get this long to report what they saw
+    timeout: float = 300.0       # the whole run
+
+
+HANG, FAILURE, TIMEOUT = "hang", "failure", "timeout"
+
+
+def blocked_for(tracks: dict[int, RankTrack], now: float) -> float:
+    """How long every live rank has been inside a distributed call (0 if one is not)."""
+    live = [t for t in tracks.values() if t.exit_code is None]
+    if not live or any(t.pending is None for t in live):
+        return 0.0
+    return now - max(t.pending["t"] for t in live)
+
+
+@dataclass(frozen=True)
+class Decision:
+    stop: str            # HANG, FAILURE or TIMEOUT
+    reason: str          # for the log: which rule fired
+    blocked_s: float = 0.0
+
+
+def decide(tracks: dict[int, RankTrack], now: float, *, elapsed: float, quiet_s: float,
+           failed_since: float | None, settings: Settings) -> Decision | None:
+    """Should the watchdog stop the run now? None means keep watching.
+
+    now: time.time() (the clock of the trace events); elapsed: seconds since the run started; quiet_s: seconds
+    since any trace last changed; failed_since: seconds since the first rank exited non-zero (None if none has).
+    """
+    live = [t for t in tracks.values() if t.exit_code is None]
+    blocked = blocked_for(tracks, now)
+    if failed_since is not None:
+        # give the peers a moment to report what they saw, then end the ones that are stuck
+        if live and (failed_since >= settings.hang_after or blocked >= min(settings.peer_report, settings.hang_after)):
+            return Decision(FAILURE, f"a rank failed {failed_since:.2f} s ago; ending the ranks still running")
+    elif live and blocked > 0 and not progress_possible(tracks):
+        if blocked >= settings.hang_after:
+            return Decision(HANG, f"every live rank blocked for {blocked:.2f} s in calls nobody can complete", blocked)
+        if quiet_s >= settings.settle and provable_deadlock(tracks):
+            return Decision(HANG, f"provable deadlock, {blocked:.2f} s after the last rank blocked", blocked)
+    if elapsed > settings.timeout:
+        return Decision(TIMEOUT, f"the {settings.timeout:g} s timeout passed")
+    return None
+
+
+def outcome(t: RankTrack, stopped_for: str | None) -> str:
+    """ok | error | hung | crashed | stopped, from a rank's track and why the run was stopped (None: it was not
+    stopped by the sandbox; offline, a rank left inside a call when its launcher ended the job is hung)."""
+    if t.ended_by_sandbox:
+        return "hung" if t.pending is not None and stopped_for in (HANG, TIMEOUT, "interrupted") else "stopped"
+    if t.error is not None:
+        return "error"
+    if t.pid is not None:  # live: the exit status decides
+        return "ok" if t.exit_code == 0 else "stopped" if t.exit_code is None else "crashed"
+    if t.end is not None:  # offline: the end record decides
+        return "ok" if t.end.get("outcome") == "ok" else "crashed"
+    return "hung" if t.pending is not None else "crashed"  # no end: killed inside a call, or died in its own code
+
+
+@dataclass
+class Judgement:
+    verdict: str
+    diagnosis: Diagnosis
+    outcomes: dict[int, str] = field(default_factory=dict)
+
+
+def judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, timeout: float | None = None,
+          blocked_s: float | None = None) -> Judgement:
+    """The verdict (ok | error | hang | crash | timeout | interrupted), the diagnosis and each rank's outcome.
+
+    tracks: every rank's track, process facts included where known; stopped_for: why the sandbox stopped the run
+    (HANG, FAILURE, TIMEOUT, "interrupted") or None; timeout: the run's limit (for the wording).
+    """
+    outcomes = {r: outcome(t, stopped_for) for r, t in sorted(tracks.items())}
+    vals = set(outcomes.values())
+    if stopped_for == "interrupted":
+        return Judgement("interrupted", diagnose_interrupted(tracks), outcomes)
+    if stopped_for is None and "hung" in vals and "error" not in vals:
+        # offline: ranks left inside calls when the job was ended. If they could not have moved, it was a hang,
+        # even where another rank died in its own code (it is then the missing peer).
+        judged = {r: t for r, t in tracks.items() if outcomes[r] in ("hung", "ok")}
+        if "crashed" not in vals or not progress_possible(judged):
+            return Judgement(HANG, diagnose_hang(tracks), outcomes)
+    if "crashed" in vals:
+        return Judgement("crash", diagnose_failure(tracks, outcomes), outcomes)
+    if "error" in vals:
+        return Judgement("error", diagnose_failure(tracks, outcomes), outcomes)
+    if stopped_for == HANG:
+        d = diagnose_hang(tracks)
+        if blocked_s is not None:
+            d.details["blocked_for_s"] = round(blocked_s, 3)
+        return Judgement(HANG, d, outcomes)
+    if stopped_for == TIMEOUT:
+        return Judgement(TIMEOUT, diagnose_timeout(tracks, timeout or 0), outcomes)
+    if vals <= {"ok"}:
+        return Judgement("ok", Diagnosis("none", f"All {len(tracks)} ranks finished."), outcomes)
+    return Judgement("error", Diagnosis("none", "The run ended without every rank finishing, and without a cause"
+                                                " the traces show."), outcomes)
+
+
+def fill_missing(tracks: dict[int, RankTrack]) -> dict[int, RankTrack]:
+    """Offline: a rank that the others' hello says exists but that left no trace (it never started tracing)."""
+    ws = max([t.hello.get("world_size", 0) for t in tracks.values() if t.hello] + [len(tracks)])
+    for r in range(ws):
+        tracks.setdefault(r, RankTrack(r))
+    return tracks

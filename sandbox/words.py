@@ -1,0 +1,130 @@
+"""How the sandbox says things: calls, ranks, call sites, exits and errors, in the few words a diagnosis needs.
+Pure functions over events and tracks; the rules (`sandbox.diagnose`) decide what to say, this module how."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+from sandbox import _paths
+from sandbox.events import RankTrack, is_collective, op_of, p2p_direction
+
+
+def ranks(rs) -> str:
+    """'rank 2', 'ranks 0 and 3', 'ranks 0-3', 'ranks 0, 2 and 5'."""
+    rs = sorted(rs)
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    if len(rs) > 2 and rs == list(range(rs[0], rs[-1] + 1)):
+        return f"ranks {rs[0]}-{rs[-1]}"
+    return "ranks " + ", ".join(map(str, rs[:-1])) + " and " + str(rs[-1])
+
+
+def plural(n: int, noun: str) -> str:
+    """'1 line', '2 lines'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def call(p: dict) -> str:
+    """A pending call in words: 'all_reduce #3 of group [0, 1] shape [4] float32', 'send to rank 1'."""
+    coll = is_collective(p)
+    bits = [p["op"] if p["op"] != "wait" else f"wait on {p.get('of')}"]
+    if p.get("seq") and coll:
+        bits.append(f"#{p['seq']}")
+    if p.get("group") and coll:
+        bits.append(f"of group {p['group']}")
+    direction = p2p_direction(p)
+    if p.get("peer") is not None and direction:
+        bits.append(("to" if direction == "send" else "from") + f" rank {p['peer']}")
+    if p.get("shapes") and coll:
+        bits.append(f"shape {p['shapes'][0] if len(p['shapes']) == 1 else p['shapes']}")
+    if p.get("dtypes") and coll:
+        bits.append(p["dtypes"][0])
+    return " ".join(bits)
+
+
+def signature(p: dict) -> str:
+    """op(shape, dtype, root) without the group and sequence number: for comparing ranks at one call."""
+    bits = []
+    if p.get("shapes"):
+        bits.append("shape " + str(p["shapes"][0] if len(p["shapes"]) == 1 else p["shapes"]))
+    if p.get("dtypes"):
+        bits.append(p["dtypes"][0])
+    if p.get("root") is not None:
+        bits.append(f"root {p['root']}")
+    return f"{op_of(p)}({', '.join(bits)})"
+
+
+def first_line(msg: str) -> str:
+    lines = [line for line in msg.strip().splitlines() if line.strip()]
+    s = lines[0] if lines else ""
+    return s if len(s) <= 300 else s[:297] + "..."
+
+
+def short(msg: str) -> str:
+    """An error's first line, without gloo's source path prefix and boilerplate."""
+    line = first_line(msg)
+    line = re.sub(r"^\[[^\]]*(third_party|/gloo/)[^\]]*\]\s*", "", line)
+    line = re.sub(r"\s*This is typically caused by.*$", "", line)
+    return line.rstrip(". ")
+
+
+def shown_path(path: str) -> str:
+    """A path relative to the working directory when it is below it, else as it is."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+_FRAME = re.compile(r'\s+File "(.+)", line (\d+) in (\S+)')
+
+
+def stack_top(stack: str | None) -> str | None:
+    """file:line (in function) of the innermost frame of a faulthandler dump that is the user's code: not torch,
+    not the sandbox's plumbing (the same rule the tracer uses for call sites)."""
+    if not stack:
+        return None
+    for line in stack.splitlines():  # faulthandler prints the most recent call first, the current thread first
+        m = _FRAME.match(line)
+        path = m.group(1) if m else ""
+        if m and not (_paths.is_plumbing(path) or _paths.is_stdlib(path) or path.startswith("<")):
+            return f"{shown_path(path)}:{m.group(2)} (in {m.group(3)})"
+    return None
+
+
+def signal_name(code: int | None) -> str | None:
+    """'SIGKILL' for an exit status of -9; None for a normal exit."""
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:  # a signal number Python has no name for
+        return None
+
+
+def exit_words(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        name = signal_name(code)
+        return f"killed by {name}" if name else f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def where(t: RankTrack) -> str:
+    """A few words on where a rank is now."""
+    if t.pending is not None:
+        return f"in {call(t.pending)} at {t.pending.get('site')}"
+    if (t.exit_code is not None or t.end is not None) and not t.ended_by_sandbox:
+        if t.error is not None:
+            return f"already failed ({t.error['type']} at {t.error.get('site')})"
+        code = t.exit_code if t.exit_code is not None else (t.end or {}).get("exit_code")
+        if code == 0:
+            return "already finished (exit 0)"
+        return f"already gone ({exit_words(code)})"
+    if t.hello is None and not t.events:
+        return "not started yet"
+    top = stack_top(t.stack)
+    return f"busy in its own code at {top}" if top else "busy in its own code"
