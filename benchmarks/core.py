@@ -15,6 +15,11 @@
 5. hang:      a 2-rank send/send deadlock; seconds from the last rank blocking (the latest "enter" time of the
               pending calls) to the verdict: at detection (`blocked_for_s`) and when launch() returned
                                                                                           goal: <= 1.5 s
+6. repro --list: `python -m sandbox.repro --list`, the whole subprocess, vs `python -c "import torch"`
+              (listing the catalogue must not import torch)                                goal: <= 0.5x
+7. provable deadlocks: the traces prove no rank can move, so the verdict need not wait `--hang-after` (1 s here):
+              the send/send cycle of part 5, and a collective mismatch (examples/mismatch.py, 4 ranks), measured
+              as part 5 is, from the last rank blocking to detection                      goal: <= 0.2 s
 Each repeat runs every measurement once, in an order rotated from repeat to repeat, so the noise of this machine
 hits all of them alike. The script always exits 0: it is a report, not a test.
 """
@@ -40,6 +45,7 @@ LOOP_CALLS = 2000        # all_reduces per timed loop (part 4)
 LOOP_NUMEL = 16          # floats per all_reduce
 LOOP_WARMUP = 200
 SUBPROCESS_TIMEOUT = 60  # seconds, for every subprocess and every launch()
+MISMATCH = os.path.join(REPO, "examples", "mismatch.py")  # rank 2 broadcasts while ranks 0, 1, 3 all_reduce
 
 # ------------------------------------------------------------------------------------------------ job scripts
 
@@ -216,7 +222,7 @@ def main(argv=None) -> int:
     K = max(1, a.repeat)
 
     import sandbox
-    from sandbox import launch
+    from sandbox import launch, run_script
 
     samples: dict[str, list] = {}
     failures: dict[str, list[str]] = {}
@@ -279,33 +285,51 @@ def main(argv=None) -> int:
                     raise Failed(f"torchrun loop left no time in {os.path.basename(path)}: {e}") from None
             record("loop_torchrun", max(per))
 
-        def hang():
-            res = launch(_sendsend_rank, world_size=2, init=True, hang_after=1.0, timeout=SUBPROCESS_TIMEOUT)
+        def deadlock(name: str, what: str, kind: str, start) -> None:
+            """Seconds from the last rank blocking (the latest "enter" of the pending calls) to detection
+            (`blocked_for_s`) and to the run returning, for a run that must end as a hang of `kind`."""
+            res = start()
             t_back = time.time()
-            if res.verdict != "hang":
-                raise Failed(f"send/send deadlock came back as {res.verdict!r}, not 'hang': {res.diagnosis.summary}")
+            if (res.verdict, res.diagnosis.kind) != ("hang", kind):
+                raise Failed(f"{what} came back as {res.verdict!r} [{res.diagnosis.kind}], not 'hang' [{kind}]:"
+                             f" {res.diagnosis.summary}")
             since = [r.pending["since"] for r in res.ranks if r.pending and r.pending.get("since") is not None]
-            if len(since) != 2:  # fall back on the trace: the last "enter" without an "exit" of each rank
+            if len(since) != res.world_size:  # fall back on the trace: the last "enter" without an "exit" of each rank
                 exited = {(e.get("rank"), e.get("id")) for e in res.events if e.get("ev") == "exit"}
                 since = [e["t"] for e in res.events if e.get("ev") == "enter"
                          and (e.get("rank"), e.get("id")) not in exited]
             if not since:
-                raise Failed("no pending call found in the hang's result")
+                raise Failed(f"no pending call found in the result of the {what}")
             last_block = max(since)
             detect = res.diagnosis.details.get("blocked_for_s")
-            record("hang_detect", detect)
-            record("hang_return", t_back - last_block)
-            record("hang_wall", res.wall_s)
+            if detect is None:  # the other figures of the run still count
+                fail(name, f"the {what}'s diagnosis has no blocked_for_s: detection time unknown")
+            record(f"{name}_detect", detect)
+            record(f"{name}_return", t_back - last_block)
+            record(f"{name}_wall", res.wall_s)
+
+        def hang():
+            deadlock("hang", "send/send deadlock", "p2p_cycle",
+                     lambda: launch(_sendsend_rank, world_size=2, init=True, hang_after=1.0,
+                                    timeout=SUBPROCESS_TIMEOUT))
+
+        def mismatch():
+            deadlock("mismatch", "collective mismatch", "collective_mismatch",
+                     lambda: run_script(MISMATCH, world_size=4, hang_after=1.0, timeout=SUBPROCESS_TIMEOUT))
+
+        def repro_list():
+            record("repro_list", _run([PY, "-m", "sandbox.repro", "--list"], REPO)[0])
 
         tasks = [("import torch", import_torch), ("sandbox -n 4", sandbox_n(4)), ("sandbox -n 8", sandbox_n(8)),
                  ("torchrun 4", torchrun_4), ("tracer loop", tracer_loop), ("torchrun loop", torchrun_loop),
-                 ("hang", hang)]
+                 ("hang", hang), ("repro --list", repro_list), ("mismatch", mismatch)]
 
         print(f"sandbox {sandbox.__version__} at {REPO}; python {sys.version.split()[0]}; {os.cpu_count()} CPUs;"
               f" load {os.getloadavg()[0]:.2f}; {K} repeats", flush=True)
         # warm-up, not counted: page cache for torch's files, __pycache__ of the job scripts
         for name, cmd, cwd in (("import torch", [PY, "-c", "import torch"], tmp),
-                               ("sandbox -n 2", [PY, "-m", "sandbox.run", "-n", "2", job], REPO)):
+                               ("sandbox -n 2", [PY, "-m", "sandbox.run", "-n", "2", job], REPO),
+                               ("repro --list", [PY, "-m", "sandbox.repro", "--list"], REPO)):
             try:
                 _run(cmd, cwd)
             except Failed as e:
@@ -355,6 +379,15 @@ def main(argv=None) -> int:
         "<= 1.5 s", None if g("hang_return") is None else g("hang_return") <= 1.5)
     row("   hang: last block -> detection", g("hang_detect"), _secs, "", None, None,
         "<= 1.5 s", None if g("hang_detect") is None else g("hang_detect") <= 1.5)
+    r6 = ratio(g("repro_list"), g("import_torch"))
+    row("6. repro --list (whole process)", g("repro_list"), _secs, "import torch", g("import_torch"), r6,
+        "<= 0.5x", None if r6 is None else r6 <= 0.5)
+    row("7. send/send cycle: last block -> detection", g("hang_detect"), _secs, "", None, None,
+        "<= 0.2 s", None if g("hang_detect") is None else g("hang_detect") <= 0.2)
+    row("   collective mismatch: last block -> detection", g("mismatch_detect"), _secs, "", None, None,
+        "<= 0.2 s", None if g("mismatch_detect") is None else g("mismatch_detect") <= 0.2)
+    row("   collective mismatch: last block -> returned", g("mismatch_return"), _secs, "", None, None,
+        "", None)
 
     head = ("measure", "median", "baseline", "median", "ratio", "goal", "")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
@@ -367,8 +400,10 @@ def main(argv=None) -> int:
     print(f"\nmedians of {K} repeats; samples (s, or us per call):")
     labels = {"import_torch": "import torch", "sandbox_4": "sandbox -n 4", "sandbox_8": "sandbox -n 8",
               "torchrun_4": "torchrun 4", "loop_traced": "loop traced", "loop_untraced": "loop untraced",
-              "loop_devnull": "loop /dev/null", "loop_torchrun": "loop torchrun", "hang_detect": "hang detect", "hang_return": "hang return",
-              "hang_wall": "hang launch wall"}
+              "loop_devnull": "loop /dev/null", "loop_torchrun": "loop torchrun", "hang_detect": "hang detect",
+              "hang_return": "hang return", "hang_wall": "hang launch wall", "repro_list": "repro --list",
+              "mismatch_detect": "mismatch detect", "mismatch_return": "mismatch return",
+              "mismatch_wall": "mismatch wall"}
     for key, label in labels.items():
         vs = samples.get(key)
         if not vs:

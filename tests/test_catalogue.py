@@ -1,12 +1,18 @@
 """The bug catalogue: every variant of every bug behaves as its module documents (real gloo ranks), plus the
 `python -m sandbox.repro` CLI."""
+import dataclasses
+import importlib
 import json
+import os
 import re
+import subprocess
+import time
 
+import psutil
 import pytest
 
-from conftest import run_cli
-from sandbox.bugs import registry
+from conftest import ROOT, python, run_cli
+from sandbox.bugs import read_bug, registry
 from sandbox.repro import explanation, run_variant
 
 BUGS = registry()
@@ -78,10 +84,111 @@ def test_repro_cli_run_json_and_explanation(clean):
 
 
 def test_repro_debug_detail_shows_torchs_own_report(clean):
-    p = run_cli("sandbox.repro", "resample-desync", "--variant", "broken", "--debug", "detail", "--json")
+    p = run_cli("sandbox.repro", "resample-desync", "--variant", "broken", "--debug", "detail", "--json")  # any case
     d = json.loads(p.stdout)
     assert p.returncode == 0, d
     res = d["variants"][0]["result"]
     assert res["diagnosis"]["kind"] == "collective_mismatch"
     text = " ".join((r["error"] or {}).get("message", "") + r["output"] for r in res["ranks"])
     assert "mismatch" in text.lower()  # PyTorch's own fingerprint check spoke too
+
+
+# Sources a user of the package cannot open: the project's private notes and the write-ups they came from.
+UNOPENABLE = re.compile(r"FACTS\.md|DESIGN\.md|\bshared/|source document|the document", re.IGNORECASE)
+
+
+def test_explanations_cite_what_a_user_can_open():
+    for b in BUGS.values():
+        for text in (b.doc, b.source):
+            found = UNOPENABLE.search(text)
+            assert found is None, f"{b.slug} cites {found.group(0)!r}: cite PyTorch's docs or source, or our files"
+
+
+def test_the_registry_reads_what_importing_the_module_gives():
+    """The registry evaluates `BUG = Bug(...)` from the source; the module's own BUG must be the same record."""
+    for b in BUGS.values():
+        mod = importlib.import_module(b.module)
+        assert dataclasses.replace(mod.BUG, module=b.module) == b, b.slug
+        assert b.doc == mod.__doc__, b.slug
+
+
+def test_a_bug_record_may_use_only_literals(tmp_path):
+    path = tmp_path / "odd.py"
+    path.write_text('"""doc"""\nWORLD = 4\nBUG = Bug(slug="odd", title="t", source="s", symptom="s",'
+                    ' broken=Expect("hang"), fixed=Expect(), world_size=WORLD)\n')
+    with pytest.raises(ValueError, match="only literals, Bug and Expect"):
+        read_bug(str(path), "x.odd")
+    path.write_text('"""no record here"""\n')
+    assert read_bug(str(path), "x.none") is None
+
+
+def _python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([python(), "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def test_listing_help_and_usage_errors_do_not_import_torch():
+    """`--list`, `--help`, an unknown slug and usage errors answer without importing torch (which takes seconds)."""
+    p = _python("""
+import contextlib, io, sys
+import sandbox.repro as repro
+for argv in (["--list"], ["--list", "--json"], ["--help"], ["no-such-bug"], ["aux-data", "-n", "2"],
+             ["kv-sync", "-n", "2.5"], ["kv-sync", "--debug", "loud"], []):
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
+        try:
+            code = repro.main(argv)
+        except SystemExit as e:
+            code = e.code
+    print(argv, code, len(out.getvalue()) > 0, err.getvalue().strip()[:60])
+print("torch imported:", sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
+""")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[-1] == "torch imported: []", p.stdout
+    codes = [line.split("] ")[1].split()[:2] for line in lines[:-1]]
+    assert codes == [["0", "True"], ["0", "True"], ["0", "True"], ["2", "False"], ["2", "False"], ["2", "False"],
+                     ["2", "False"], ["2", "False"]], p.stdout
+
+
+_INTERRUPTED_IN_MAIN = """
+import runpy, signal, sys
+import sandbox.bugs
+
+
+def interrupted(*args, **kw):
+    signal.raise_signal(signal.SIGINT)  # Ctrl-C, delivered here and now (raise_signal runs the handler at once)
+    raise AssertionError("SIGINT did not interrupt")
+
+
+sandbox.bugs.registry = interrupted
+sys.argv = ["sandbox.repro", "kv-sync"]
+runpy.run_module("sandbox.repro", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_anywhere_is_one_line_and_exit_130():
+    """A real SIGINT inside `python -m sandbox.repro`'s main, where nothing of the run catches it yet."""
+    p = _python(_INTERRUPTED_IN_MAIN)
+    assert p.returncode == 130, p.stderr
+    assert p.stderr.strip() == "sandbox.repro: interrupted.", p.stderr
+    assert p.stdout == ""
+
+
+def test_ctrl_c_while_the_ranks_start(clean):
+    """Ctrl-C from outside while the run is starting its ranks: one line, exit 130, nothing left behind."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.Popen([python(), "-m", "sandbox.repro", "kv-sync"], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not psutil.Process(proc.pid).children() and proc.poll() is None:  # the zygote: the run has begun
+            assert time.monotonic() < deadline, "the run started no process in 30 s"
+            time.sleep(0.01)
+        proc.send_signal(2)  # SIGINT, as Ctrl-C sends it to the terminal's foreground process
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "sandbox.repro: interrupted.", err

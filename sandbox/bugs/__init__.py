@@ -5,16 +5,20 @@ registry. A module defines:
 
     BUG = Bug(slug=..., title=..., source=..., symptom=..., world_size=4, min_world_size=2, needs="cpu",
               broken=Expect(...), fixed=Expect(...))
-    def broken(**kw): ...      # runs on every rank, like the source document's code
+    def broken(**kw): ...      # runs on every rank, like the code of the real report
     def fixed(**kw): ...
     def reference(**kw): ...   # optional: the single-process answer the fixed variant must match
     def options(world_size, gpu) -> dict   # optional: keyword arguments chosen in the parent (ports, sizes)
 
-Nothing here imports torch: the registry is read by the parent, the modules' functions run in the ranks.
+Nothing here imports torch, and neither does reading the registry: the parent reads each module's source (its
+docstring and its `BUG = Bug(...)` assignment, which may use only literals, Bug and Expect) without importing it, so
+`python -m sandbox.repro --list` answers at once. The modules' functions, and their torch, run in the ranks.
 """
 from __future__ import annotations
 
+import ast
 import importlib
+import os
 import pkgutil
 import re
 from dataclasses import dataclass, field
@@ -58,23 +62,45 @@ class Bug:
     needs: str = "cpu"          # cpu | gpu | simulated (runs on CPU, with absent hardware simulated)
     timeout: float = 60.0
     module: str = field(default="", repr=False)
+    _doc: str | None = field(default=None, repr=False, compare=False)  # the module docstring, as the registry read it
 
     @property
     def doc(self) -> str:
-        return importlib.import_module(self.module).__doc__ or ""
+        """The module's docstring: Symptom, Root cause, Fix, Run."""
+        if self._doc is None:
+            self._doc = importlib.import_module(self.module).__doc__ or ""
+        return self._doc
 
 
 def registry() -> dict[str, Bug]:
+    """Every bug of the catalogue by slug, read from the modules' source without importing them (no torch)."""
     bugs = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
+        if info.name.startswith("_") or info.ispkg:
             continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        bug = getattr(mod, "BUG", None)
-        if isinstance(bug, Bug):
-            bug.module = mod.__name__
+        bug = read_bug(os.path.join(info.module_finder.path, info.name + ".py"), f"{__name__}.{info.name}")
+        if bug is not None:
             bugs[bug.slug] = bug
     return bugs
+
+
+def read_bug(path: str, module: str) -> Bug | None:
+    """The `BUG = Bug(...)` record of a bug module's file, evaluated alone with only Bug and Expect in scope, and
+    its docstring; None for a module without one. Raises ValueError when the record uses anything else."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["BUG"]:
+            try:
+                bug = eval(compile(ast.Expression(node.value), path, "eval"),  # noqa: S307  our own literals
+                           {"__builtins__": {}, "Bug": Bug, "Expect": Expect})
+            except NameError as e:
+                raise ValueError(f"{path}:{node.lineno}: BUG may use only literals, Bug and Expect ({e})") from None
+            if not isinstance(bug, Bug):
+                raise ValueError(f"{path}:{node.lineno}: BUG is not a Bug(...)")
+            bug.module, bug._doc = module, ast.get_docstring(tree, clean=False) or ""
+            return bug
+    return None
 
 
 def check(bug: Bug, expect: Expect, res, reference=None, debug: bool = False) -> tuple[bool, list[str]]:

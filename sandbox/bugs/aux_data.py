@@ -1,8 +1,8 @@
 """aux-data: the embedding side writes request metadata into the first block of its allocation only; every TP
 rank of the language side reads its own first block.
 
-Source: the project's source document "aux-data" (disaggregated serving: an embedding worker hands a request's
-embeddings and metadata to a 4-way tensor-parallel language worker through a shared block pool).
+Source: a real report from disaggregated serving: an embedding worker hands a request's embeddings and metadata to
+a 4-way tensor-parallel language worker through a shared block pool.
 
 Symptom: TP1 and TP3 log `Unexpected: Transferring status but sent_tokens=0 >= actual_total_length=0`
 and keep polling, TP0 and TP2 resume; the run then fails at the next status sync (a collective mismatch: the
@@ -36,7 +36,7 @@ from sandbox.bugs import Bug, Expect
 
 BUG = Bug(
     slug="aux-data", title="Metadata in the first block only: half the TP ranks read zeros",
-    source="embedding -> language handoff in disaggregated serving (source document: aux-data)",
+    source="embedding -> language handoff in disaggregated serving (a real report)",
     symptom="TP1/TP3: Unexpected: Transferring status but sent_tokens=0 >= actual_total_length=0",
     world_size=4, min_world_size=4, needs="cpu",
     broken=Expect(("hang", "crash"), "collective_mismatch", [1, 3],

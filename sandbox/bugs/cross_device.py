@@ -1,6 +1,8 @@
 """cross-device: samples gathered from every rank keep their device; stacking them mixes devices.
 
-Source: the project's source document "cross-device" (an RL trainer that pools generated samples across ranks).
+Source: a real report from an RL trainer that pools generated samples across ranks. `all_gather_object`
+(torch/distributed/distributed_c10d.py) pickles each object and unpickles it on every rank
+(`_object_to_tensor` / `_tensor_to_object`); a pickled tensor comes back on the device it was saved from.
 
 Symptom: `RuntimeError: Expected all tensors to be on the same device, but got tensors is on cuda:3, different
 from other tensors on cuda:2 (when checking argument in method wrapper_CUDA_cat)`.
@@ -41,7 +43,7 @@ from sandbox.bugs import Bug, Expect
 
 BUG = Bug(
     slug="cross-device", title="torch.stack over samples gathered from every GPU",
-    source="an RL trainer's global sample pool (source document: cross-device)",
+    source="an RL trainer's global sample pool (a real report)",
     symptom="RuntimeError: Expected all tensors to be on the same device ...",
     world_size=4, min_world_size=2, needs="simulated",
     broken=Expect("error", "rank_error", error=r"Expected all tensors to be on the same device"),

@@ -1,7 +1,10 @@
 """gather-uneven: all_gather of tensors whose length differs from rank to rank.
 
-Source: a pitfall of the primitive itself (PyTorch docs: all_gather needs "tensors of the same size" from every
-rank; gloo enforces it at the transport).
+Source: a pitfall of the primitive itself. `all_gather` (torch/distributed/distributed_c10d.py) wants an output
+list of "correctly-sized tensors" and says uneven sizes are supported, but gloo's allgather
+(torch/csrc/distributed/c10d/ProcessGroupGloo.cpp) wants every tensor the size of this rank's input: even a
+correctly sized list fails there with "ProcessGroupGloo::allgather: invalid tensor size at index 1 (expected (2),
+got (3))" (torch 2.13), and sizes that disagree across ranks break the transport.
 
 Symptom: the collective never completes, or a rank dies with SIGABRT:
 `gloo::EnforceNotMet ... Received data size doesn't match expected size`.
@@ -34,7 +37,7 @@ from sandbox.bugs import Bug, Expect
 
 BUG = Bug(
     slug="gather-uneven", title="all_gather with a different length on every rank",
-    source="primitive pitfall: all_gather requires equal sizes (PyTorch docs)",
+    source="primitive pitfall: gloo's all_gather wants equal sizes (torch/distributed/distributed_c10d.py, all_gather)",
     symptom="the all_gather hangs or aborts with a size mismatch",
     world_size=4, min_world_size=2, needs="cpu",
     broken=Expect(("hang", "crash"), "collective_mismatch", note="shapes differ at the same call"),

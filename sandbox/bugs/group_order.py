@@ -1,18 +1,20 @@
 """group-order: ranks create the model-parallel process groups in different orders.
 
-Source: the project's source document "group-order" (initialising tensor- and sequence-parallel groups in a
-Megatron-style `initialize_model_parallel`).
+Source: a real report (initialising tensor- and sequence-parallel groups in a Megatron-style
+`initialize_model_parallel`). PyTorch's `new_group` docstring (torch/distributed/distributed_c10d.py) states the
+rule: every process enters it, even for groups it is not a member of, and groups are created in the same order in
+all processes.
 
 Symptom: start-up hangs while the model-parallel groups are created; the per-rank "Before X" / "After X" log
 lines show every rank stuck between a "Before new_group" and its "After".
 
-Root cause: `new_group` is a call every rank must make, for every group (members or not), in the same order:
-the k-th call gets the k-th group name on every rank (a counter, distributed_c10d `_process_group_name`), and
-the members rendezvous in the store under that name. Here ranks 2-3 set up the sequence-parallel groups before
-the tensor-parallel ones, so their call #1 is `new_group([0, 2])` while ranks 0-1 make call #1
-`new_group([0, 1])`: under one name, two different groups try to connect, and their members wait for peers that
-are creating something else. With disjoint groups the same mistake can even "work" and silently wire rank 0 to
-the wrong peers. Creating only the groups a rank belongs to breaks the same rule.
+Root cause: `new_group` is a call every rank must make, for every group (members or not), in the same order: the
+k-th call gets the k-th group name on every rank (a counter: torch/distributed/distributed_c10d.py,
+`_process_group_name`), and the members rendezvous in the store under that name. Here ranks 2-3 set up the
+sequence-parallel groups before the tensor-parallel ones, so their call #1 is `new_group([0, 2])` while ranks 0-1
+make call #1 `new_group([0, 1])`: under one name, two different groups try to connect, and their members wait for
+peers that are creating something else. With disjoint groups the same mistake can even "work" and silently wire rank
+0 to the wrong peers. Creating only the groups a rank belongs to breaks the same rule.
 
 Fix: build every group on every rank, in one order computed the same way everywhere; put a barrier between the
 stages (TP groups, SP groups, SP setup) so a mismatch shows up at the stage that caused it.
@@ -34,7 +36,7 @@ from sandbox.bugs import Bug, Expect
 
 BUG = Bug(
     slug="group-order", title="new_group called in a different order on some ranks",
-    source="model-parallel group initialisation (source document: group-order)",
+    source="model-parallel group initialisation (a real report; torch/distributed/distributed_c10d.py, new_group)",
     symptom="initialisation of model-parallel groups hangs between 'Before new_group' and 'After new_group'",
     world_size=4, min_world_size=4, needs="cpu",
     broken=Expect("hang", "group_mismatch", [2, 3], output=r"Before new_group tp"),

@@ -1,6 +1,8 @@
 """init-port: the worker init path hard-codes `tcp://localhost:29500`, the launcher set MASTER_PORT.
 
-Source: an inference engine's worker start-up (the project's source document "init-port"; DESIGN.md, "The bugs").
+Source: a real report of an inference engine's worker start-up. `init_process_group`'s `init_method`
+(torch/distributed/distributed_c10d.py) is "env://" by default, which reads MASTER_ADDR and MASTER_PORT; a
+"tcp://host:port" string names its own endpoint instead.
 
 Symptom: only the driver worker gets through its part of init; the other workers hang in init_process_group,
 silently, until the 30-minute default timeout.
@@ -20,7 +22,8 @@ Run: python -m sandbox.repro init-port
       expected: hang, init_mismatch, culprits others -> as documented
     fixed: OK: 4 ranks in 1.14 s
       expected: ok, = single-process reference -> as documented
-(The document's port is 29500; the sandbox uses a free stand-in port so it never depends on 29500 being free.)
+(The reported code hard-coded port 29500; the sandbox uses a free stand-in port so it never depends on 29500 being
+free.)
 """
 import datetime
 import os
@@ -33,13 +36,13 @@ from sandbox.bugs import Bug, Expect
 
 BUG = Bug(
     slug="init-port", title="A hard-coded rendezvous port on one init path",
-    source="worker start-up of an inference engine (source document: init-port)",
+    source="worker start-up of an inference engine (a real report)",
     symptom="only worker 0 gets through init; the others hang in init_process_group",
     world_size=4, min_world_size=2, needs="cpu",
     broken=Expect("hang", "init_mismatch", "others", note="ranks 1.. knock on the hard-coded port"),
     fixed=Expect("ok", matches_reference=True))
 
-HARD_CODED = 29500  # what the document's code says
+HARD_CODED = 29500  # what the reported code hard-codes
 
 
 def options(world_size, gpu):
@@ -63,7 +66,7 @@ def broken(stand_in_port):
     rank = int(os.environ["RANK"])
     if rank == 0:
         return init_worker("env://")  # the driver worker gets the launcher's method
-    print(f"worker {rank}: the document's tcp://localhost:{HARD_CODED} is played by port {stand_in_port}")
+    print(f"worker {rank}: the reported tcp://localhost:{HARD_CODED} is played by port {stand_in_port}")
     return init_worker(f"tcp://localhost:{stand_in_port}")  # BUG: a literal endpoint, not the launcher's
 
 

@@ -1,7 +1,8 @@
 """isend-unwaited: a rank posts an isend, never waits on it, and leaves.
 
-Source: a pitfall of the primitive itself (PyTorch docs: the tensor of an isend must not be modified or freed
-"until the request completes"; the returned Work must be waited on).
+Source: a pitfall of the primitive itself. `isend` (torch/distributed/distributed_c10d.py) returns "a distributed
+request object" and warns that modifying the tensor "before the request completes causes undefined behavior": the
+request must be waited on.
 
 Symptom: the receiver fails with `Connection closed by peer` (or, with the handle dropped mid-step, the data
 is simply never there).
@@ -32,7 +33,7 @@ from sandbox.bugs import Bug, Expect
 
 BUG = Bug(
     slug="isend-unwaited", title="An isend whose sender leaves before it is waited on",
-    source="primitive pitfall: isend requests must be waited on (PyTorch docs)",
+    source="primitive pitfall: isend requests must be waited on (torch/distributed/distributed_c10d.py, isend)",
     symptom="the receiver fails with 'Connection closed by peer'",
     world_size=2, min_world_size=2, needs="cpu",
     broken=Expect("error", error=r"Connection closed by peer|Connection reset by peer"),

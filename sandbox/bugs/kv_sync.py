@@ -1,11 +1,13 @@
 """kv-sync: after a sequence+pipeline-parallel prefill, every rank sends the KV cache of all its layers at once.
 
-Source: the project's source document "kv-sync" (prefill split over ranks by layers and in sequence chunks, then
-decoding on every rank, which needs the whole cache).
+Source: a real report (prefill split over ranks by layers and in sequence chunks, then decoding on every rank,
+which needs the whole cache).
 
 Symptom: the run hangs in the cache-sync stage, every rank inside a `send`.
 
-Root cause: a gloo `send` does not return until the peer has posted the matching `recv` (at any size: FACTS.md).
+Root cause: a gloo `send` does not return until the peer has posted the matching `recv`, at any size (PyTorch's
+`send` is "Send a tensor synchronously", torch/distributed/distributed_c10d.py; examples/send_cycle.py deadlocks
+with 8 floats).
 "Send the cache of every layer to every peer, then receive theirs" means every rank starts with a send, and
 nobody is receiving yet: rank 0 waits for rank 1 to receive, rank 1 waits for rank 0: a cycle.
 
@@ -40,7 +42,7 @@ from sandbox.models.tiny_qwen import Config, TinyQwen, generate
 
 BUG = Bug(
     slug="kv-sync", title="Syncing every layer's KV cache at once deadlocks",
-    source="sequence+pipeline-parallel prefill, replicated decode (source document: kv-sync)",
+    source="sequence+pipeline-parallel prefill, replicated decode (a real report)",
     symptom="the run hangs in the cache-sync stage, every rank blocked in send",
     world_size=3, min_world_size=2, needs="cpu",
     broken=Expect("hang", "p2p_cycle", note="every rank starts with a blocking send"),

@@ -1,10 +1,10 @@
 """resample-desync: in dynamic sampling, each rank decides on its own whether to fetch another batch.
 
-Source: the project's source document "resample-desync" (an RL trainer with dynamic sampling: generated groups
+Source: a real report from an RL trainer with dynamic sampling (generated groups
 whose rewards are all equal carry no signal and are filtered out; the trainer generates more until it has a full
 batch).
 
-Symptom: the step deadlocks (in the document: a dataloader/collective deadlock and uneven memory across ranks).
+Symptom: the step deadlocks (in the real report: a dataloader/collective deadlock and uneven memory across ranks).
 
 Root cause: "do I have enough samples?" is answered per rank. Generation involves collectives (here: rank 0
 broadcasts the next prompt batch, as a dataloader with a shared sampler does), so a rank that decides to resample
@@ -32,7 +32,7 @@ from sandbox.bugs import Bug, Expect
 
 BUG = Bug(
     slug="resample-desync", title="Dynamic sampling: ranks decide locally to resample",
-    source="dynamic sampling in an RL trainer (source document: resample-desync)",
+    source="dynamic sampling in an RL trainer (a real report)",
     symptom="the training step deadlocks while some ranks resample and others build the pool",
     world_size=4, min_world_size=2, needs="cpu",
     broken=Expect("hang", "collective_mismatch", note="resampling ranks broadcast, finished ranks all_gather_object"),

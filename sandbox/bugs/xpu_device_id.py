@@ -1,12 +1,13 @@
 """xpu-device-id: `device_id` passed to init_process_group on XPU, then a gloo group for CPU work.
 
-Source: the project's source document "xpu-device-id" (an XPU/XCCL port of a CUDA/NCCL code base).
+Source: a real report from an XPU/XCCL port of a CUDA/NCCL code base.
 
 Symptom: `RuntimeError: No backend type associated with device type xpu` from `new_group(backend="gloo")`.
 
 Root cause: `init_process_group(backend="xccl", device_id=xpu:i)` binds the default group to that device.
-`new_group` inherits the bound device (distributed_c10d.py, `new_group` -> `_new_group_with_tag`), and to
-decide whether it can split the parent group it asks `pg._get_backend(device_id)` (about l.2333 in torch 2.13).
+`new_group` inherits the bound device (torch/distributed/distributed_c10d.py, `new_group` ->
+`_new_group_with_tag`), and `_new_process_group_helper` then asks `pg._get_backend(device_id)` whether it can
+split the parent group (about l.2333 in torch 2.13).
 Gloo registered only for "cpu" and "cuda", so there is no backend for "xpu". CUDA code never sees this, because
 gloo lists cuda.
 
@@ -35,7 +36,7 @@ from sandbox.bugs import Bug, Expect
 
 BUG = Bug(
     slug="xpu-device-id", title="device_id on XPU breaks new_group(backend='gloo')",
-    source="XPU/XCCL port of a CUDA code base (source document: xpu-device-id)",
+    source="XPU/XCCL port of a CUDA code base (a real report; torch/distributed/distributed_c10d.py, new_group)",
     symptom="RuntimeError: No backend type associated with device type xpu",
     world_size=4, min_world_size=1, needs="simulated",
     broken=Expect("error", "rank_error", error=r"No backend type associated with device type xpu"),
