@@ -424,6 +424,9 @@ class Run:
                 if self.proc is not None:
                     self._reap()
                     res = self._assemble(time.monotonic() - t0)
+                    if self.held and self.stopped_for != INTERRUPTED:  # the signal came during the teardown
+                        self.stopped_for = INTERRUPTED
+                        res = self._assemble(res.wall_s)
                 if res is None:  # interrupted before the zygote could even start
                     res = RunResult(INTERRUPTED, self.n, time.monotonic() - t0,
                                     Diagnosis("none", "Interrupted before the ranks started."),

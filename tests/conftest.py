@@ -1,8 +1,10 @@
 import ctypes
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import psutil
 import pytest
@@ -42,22 +44,66 @@ def sandbox_dirs() -> set:
     return {n for n in os.listdir(d) if n.startswith("sandbox-run-")}
 
 
-def leftovers() -> list:
-    """Processes descended from this test process (ranks, zygotes, CLIs), zombies reaped first."""
+GRACE_S = 2.0  # how long a process we killed may take to disappear (SIGKILL is delivered asynchronously)
+
+
+def _descendants() -> dict:
+    """Processes descended from this test process (ranks, zygotes, CLIs), zombies reaped first: pid -> description."""
     me = psutil.Process()
-    out = []
+    out = {}
     for c in me.children(recursive=True):
         try:
             if c.status() == psutil.STATUS_ZOMBIE:
                 try:
                     os.waitpid(c.pid, os.WNOHANG)
-                except ChildProcessError:
+                except ChildProcessError:  # a zombie of another parent (a zygote's rank): that parent is listed
                     pass
                 continue
-            out.append(f"{c.pid} pgid={os.getpgid(c.pid)} {' '.join(c.cmdline())[:120]}")
-        except (psutil.NoSuchProcess, ProcessLookupError):
+            out[c.pid] = f"{c.pid} pgid={os.getpgid(c.pid)} {' '.join(c.cmdline())[:120]}"
+        except (psutil.NoSuchProcess, ProcessLookupError):  # it died while we looked: that is what we want
             pass
     return out
+
+
+def leftovers(grace: float = GRACE_S) -> list:
+    """Processes descended from this test process that are still there after up to `grace` seconds: a process
+    that is dying when the check starts is not a leftover, one that lives past the grace period is."""
+    deadline = time.monotonic() + grace
+    while True:
+        out = _descendants()
+        if not out or time.monotonic() >= deadline:
+            return list(out.values())
+        time.sleep(0.02)
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie waiting for its parent counts as exited)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def still_running(pids, grace: float = GRACE_S) -> list:
+    """Those of `pids` still running after up to `grace` seconds (zombies re-parented to us are reaped meanwhile)."""
+    deadline = time.monotonic() + grace
+    while True:
+        _descendants()
+        alive = [p for p in pids if not gone(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def wait_for(condition, what: str, timeout: float = 60):
+    """Poll `condition()` until it returns something true, for at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = condition()
+        if got:
+            return got
+        time.sleep(0.005)
+    raise AssertionError(f"waited {timeout} s for {what}")
 
 
 def listening_ports() -> set:
@@ -72,10 +118,9 @@ def port_is_listening(port: int) -> bool:
 
 
 def assert_group_gone(pgid: int) -> None:
-    import time
-    deadline = time.monotonic() + 2  # SIGKILL is delivered asynchronously; zombies re-parented here are reaped
+    deadline = time.monotonic() + GRACE_S
     while time.monotonic() < deadline:
-        leftovers()
+        _descendants()  # reaps the group's zombies re-parented here
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -89,6 +134,16 @@ def clean():
     """Checks after the test that no process, temp dir or listening socket of ours is left."""
     dirs = sandbox_dirs()
     yield
-    assert leftovers() == []
+    left = leftovers()
+    for pid in _descendants():  # what the failed check found, so the next test starts clean
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended after all
+            pass
+    assert left == []
+    # a zygote whose parent was killed removes the run's temp dir as it dies: give it the same grace period
+    deadline = time.monotonic() + GRACE_S
+    while sandbox_dirs() - dirs and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert sandbox_dirs() - dirs == set()
     assert listening_ports() == set()
