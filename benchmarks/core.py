@@ -106,10 +106,9 @@ def _loop_rank(calls: int, numel: int, warmup: int, traced_first: bool) -> dict:
     def timed(mode: str) -> float:
         ar = plain_ar if mode == "untraced" else traced_ar
         Work.wait = plain_wait if mode == "untraced" else traced_wait  # the tracer's Work.wait hook, off untraced
-        sink, null = trace._fd, None
+        null = os.open(os.devnull, os.O_WRONLY) if mode == "devnull" else None
+        sink = trace.set_sink(null) if null is not None else None
         try:
-            if mode == "devnull":
-                null = trace._fd = os.open(os.devnull, os.O_WRONLY)
             plain_ar(t)  # line both ranks up at the start of the segment (not timed, not traced)
             t0 = time.perf_counter()
             for _ in range(seg):
@@ -117,8 +116,8 @@ def _loop_rank(calls: int, numel: int, warmup: int, traced_first: bool) -> dict:
             return time.perf_counter() - t0
         finally:
             Work.wait = traced_wait
-            trace._fd = sink
             if null is not None:
+                trace.set_sink(sink)
                 os.close(null)
 
     Work.wait = plain_wait

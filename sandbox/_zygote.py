@@ -1,14 +1,15 @@
 """The zygote: one process that imports torch once, then forks every rank of a run from that warm state.
 
 It is started by `sandbox.launch` with its own session (so the whole run is one process group the parent can end
-with one signal), reads the run's spec from stdin, forks the ranks, hosts the rendezvous store on a socket bound
-to 127.0.0.1 (like torchrun's agent store), and reports each rank's pid and exit status on stdout as JSON lines.
+with one signal), reads the run's spec from the file named by SANDBOX_SPEC (then deletes it), forks the ranks,
+hosts the rendezvous store on a socket bound to 127.0.0.1 (like torchrun's agent store), and reports each rank's
+pid and exit status on stdout as JSON lines. A rank that fails before its user code runs exits with code 70, its
+traceback in its log (or in the zygote's stderr, `zygote.log`, if the log could not be opened).
 If the parent dies, the kernel sends the zygote SIGTERM (PR_SET_PDEATHSIG); it then ends its ranks and removes
 the run's directory, so nothing is left behind. Ranks die with the zygote the same way.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import pickle
@@ -17,18 +18,7 @@ import signal
 import socket
 import sys
 
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(sig: int, parent: int) -> None:
-    """Ask the kernel to send `sig` when the parent dies; exit now if it already has."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        os._exit(1)
-
+from sandbox._proc import EARLY_EXIT, die_with_parent, report_failure
 
 PROTO_FD = 1  # the pipe to the parent; moved off fd 1 in main() so stray prints cannot corrupt it
 
@@ -93,9 +83,13 @@ def main() -> None:
             try:
                 listener.close()
                 os.close(PROTO_FD)
-                rank_mod.main(spec, r, port, zygote=me)
+                rank_mod.main(spec, r, port, zygote=me)  # ends the process itself once the user's code has run
+            except BaseException:  # noqa: BLE001  the rank could not set itself up (log, stack file, tracer): say why
+                # fd 2 is the rank's log if it could be opened (the launcher shows it as the rank's output), else
+                # the zygote's stderr, zygote.log in the run directory
+                report_failure(f"rank {r} failed outside its own code (exit code {EARLY_EXIT}):")
             finally:
-                os._exit(70)  # never unwind into the zygote's code
+                os._exit(EARLY_EXIT)  # never unwind into the zygote's code
         pids[pid] = r
         say(rank=r, pid=pid)
     store = torch.distributed.TCPStore("127.0.0.1", port, spec["world_size"], True, wait_for_workers=False,

@@ -38,7 +38,8 @@ Events (every one has "ev", "rank" and "t", seconds since the epoch):
 - `done`: an in-flight call finished on the GPU.
 - `end`: the rank's own code ended: `outcome` "ok", "error" (with `error`: `type`, `message`, `traceback`,
   `site`) or "exit" (sys.exit with a non-zero `exit_code`). A rank that is killed writes none.
-- `tracer_error`: the tracer itself failed to describe a call (`op`, `error`); the call ran untraced.
+- `tracer_error`: the tracer itself failed to describe a call (`op`, `error`); the call ran untraced. With `id`:
+  its bookkeeping failed after call `id` returned; that call's `exit` was written all the same.
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ TRACE_FILE = re.compile(r"rank-(\d+)\.jsonl")
 COLLECTIVES = frozenset({
     "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "barrier",
-    "monitored_barrier", "all_gather_object", "gather_object", "broadcast_object_list", "scatter_object_list"})
+    "monitored_barrier", "all_gather_object", "gather_object", "broadcast_object_list", "scatter_object_list",
+    "all_gather_single", "reduce_scatter_single", "all_gather_coalesced"})
 SENDS = frozenset({"send", "isend", "send_object_list"})
 RECVS = frozenset({"recv", "irecv", "recv_object_list"})
 # a collective's per-rank shapes may differ legitimately in these (uneven splits)

@@ -20,7 +20,7 @@ import sys
 import traceback
 
 from sandbox import trace
-from sandbox._zygote import die_with_parent
+from sandbox._proc import die_with_parent
 
 _prepared: dict = {}
 
@@ -69,12 +69,14 @@ def torchrun_env(rank: int, world_size: int, port: int, run_id: str) -> dict[str
     }
 
 
-def _error_fields(e: BaseException) -> dict:
-    return {"type": type(e).__name__, "message": str(e)[:4000], "traceback": traceback.format_exc()[-12000:],
-            "site": trace._error_site(e)}
+def _error_fields(e: BaseException, shown: str) -> dict:
+    return {"type": type(e).__name__, "message": str(e)[:4000], "traceback": shown[-12000:],
+            "site": trace.error_site(e)}
 
 
 def main(spec: dict, rank: int, port: int, zygote: int) -> None:
+    """Set the rank up, run its target, exit. A failure before the target runs propagates to the zygote, which
+    writes its traceback to fd 2 (the rank's log once it is open below, else zygote.log) and exits with 70."""
     die_with_parent(signal.SIGKILL, zygote)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -135,32 +137,25 @@ def _run(spec: dict, rank: int) -> int:
         _atexit()
         return code
     except BaseException as e:  # noqa: BLE001  the rank's own failure, reported like Python would, then recorded
-        _print_user_traceback(e)
-        trace.finish("error", error=_error_fields(e))
+        shown = trace.user_traceback(e)  # as the user's program would print it: no sandbox frames
+        sys.stderr.write(shown)
+        trace.finish("error", error=_error_fields(e, shown))
         _atexit()
         return 1
     if target["kind"] == "func":
         try:
             with open(os.path.join(spec["run_dir"], f"result-{rank}.pkl"), "wb") as f:
                 pickle.dump(result, f)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001  the rank's work is done: an unpicklable value is reported, not a failure
             print(f"sandbox: the return value of rank {rank} could not be pickled: {e}", file=sys.stderr)
     trace.finish("ok", exit_code=0)
     _atexit()
     return 0
 
 
-def _print_user_traceback(e: BaseException) -> None:
-    """The traceback as the user's own program would print it: without the sandbox's and runpy's frames on top."""
-    tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None and trace._skip(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    traceback.print_exception(type(e), e, tb)
-
-
 def _atexit() -> None:
     """Run the user's atexit handlers as a normal interpreter exit would."""
     try:
         atexit._run_exitfuncs()
-    except BaseException:  # noqa: BLE001
+    except BaseException:  # noqa: BLE001  printed, as Python prints a failing atexit handler; the outcome stands
         traceback.print_exc()

@@ -2,12 +2,18 @@
 
 Each call writes one JSON line before it starts ("enter") and one after it returns or raises ("exit") to a
 per-rank file opened with O_APPEND. The enter line is in the kernel before the call can block, so it reaches
-whoever reads the file even if the call never returns or the process is killed.
+whoever reads the file even if the call never returns or the process is killed. The lines and their fields are
+`sandbox.events`' (the one place the trace format is written down); this module only decides what goes in them.
 
 An event carries the op, the group (its global ranks and its name), the per-group sequence number of
-collectives, the shapes/dtypes/devices of the rank's contribution, the peer of point-to-point ops, and the
-user's call site (the first frame outside torch and the sandbox's plumbing). Calls that torch makes from inside
-a traced call (gather_object calling all_gather, ...) are not recorded twice.
+collectives, the shapes/dtypes/devices of the rank's contribution, the root or peer, and the user's call site
+(the first frame outside torch and the sandbox's plumbing). Calls that torch makes from inside a traced call
+(gather_object calling all_gather, ...) are not recorded twice.
+
+What the tracer knows about each op is one table, `OPS`: its kind, and which argument is the contribution and
+which the root. Where each argument sits is read from the signature of the function being wrapped when it is
+installed, so a call made positionally (`broadcast(t, 0, g)`) is recorded like one made by keyword on every torch
+this runs with, without a table per version.
 
 Inside the sandbox `sandbox.rank` installs it. Under torchrun use the CLI:
 
@@ -17,88 +23,127 @@ Inside the sandbox `sandbox.rank` installs it. Under torchrun use the CLI:
 from __future__ import annotations
 
 import functools
-import json
+import inspect
+import itertools
 import os
 import socket
 import sys
 import threading
 import time
+import traceback
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-# op -> (kind, index and name of the argument that is this rank's contribution, root argument, group argument index)
-# kind: "coll" (counts in the group's sequence), "p2p", "obj-p2p", "init", "new_group", "local"
-_SPECS: dict[str, tuple] = {
-    "all_reduce": ("coll", 0, "tensor", None),
-    "all_reduce_coalesced": ("coll", 0, "tensors", None),
-    "all_gather": ("coll", 1, "tensor", None),
-    "all_gather_into_tensor": ("coll", 1, "input_tensor", None),
-    "reduce_scatter": ("coll", 1, "input_list", None),
-    "reduce_scatter_tensor": ("coll", 1, "input", None),
-    "all_to_all": ("coll", 1, "input_tensor_list", None),
-    "all_to_all_single": ("coll", 1, "input", None),
-    "broadcast": ("coll", 0, "tensor", "src"),
-    "reduce": ("coll", 0, "tensor", "dst"),
-    "gather": ("coll", 0, "tensor", "dst"),
-    "scatter": ("coll", 0, "tensor", "src"),
-    "barrier": ("coll", None, None, None),
-    "monitored_barrier": ("coll", None, None, None),
-    "all_gather_object": ("coll", None, None, None),
-    "gather_object": ("coll", None, None, "dst"),
-    "broadcast_object_list": ("coll", None, None, "src"),
-    "scatter_object_list": ("coll", None, None, "src"),
-    "send": ("p2p", 0, "tensor", "dst"),
-    "recv": ("p2p", 0, "tensor", "src"),
-    "isend": ("p2p", 0, "tensor", "dst"),
-    "irecv": ("p2p", 0, "tensor", "src"),
-    "send_object_list": ("p2p", None, None, "dst"),
-    "recv_object_list": ("p2p", None, None, "src"),
-    "batch_isend_irecv": ("p2p", None, None, None),
-    "init_process_group": ("init", None, None, None),
-    "new_group": ("new_group", None, None, None),
-    "new_subgroups": ("local", None, None, None),
-    "new_subgroups_by_enumeration": ("local", None, None, None),
-    "destroy_process_group": ("local", None, None, None),
+from sandbox import _paths, events
+from sandbox._paths import is_plumbing
+
+
+class Op(NamedTuple):
+    """What the tracer must know about a torch.distributed function beyond its signature."""
+    kind: str                        # "coll" (counts in its group's sequence), "p2p", "init", "new_group", "local"
+    data: str | None = None          # the argument that is this rank's contribution (its shapes are recorded)
+    root: str | None = None          # the argument naming the root (collectives) or the peer (p2p) as a global
+    #                                  rank; "group_" + root names it as a rank of the group instead
+    default_root: int | None = None  # the root torch takes when neither is given
+    returns_work: bool = False       # asynchronous whatever its arguments
+
+
+OPS: dict[str, Op] = {
+    "all_reduce": Op("coll", "tensor"),
+    "all_reduce_coalesced": Op("coll", "tensors"),
+    "all_gather": Op("coll", "tensor"),
+    "all_gather_into_tensor": Op("coll", "input_tensor"),
+    "all_gather_single": Op("coll", "input_tensor"),
+    "all_gather_coalesced": Op("coll", "input_tensor_list"),
+    "reduce_scatter": Op("coll", "input_list"),
+    "reduce_scatter_tensor": Op("coll", "input"),
+    "reduce_scatter_single": Op("coll", "input"),
+    "all_to_all": Op("coll", "input_tensor_list"),
+    "all_to_all_single": Op("coll", "input"),
+    "broadcast": Op("coll", "tensor", "src"),
+    "reduce": Op("coll", "tensor", "dst"),
+    "gather": Op("coll", "tensor", "dst"),
+    "scatter": Op("coll", "tensor", "src"),
+    "barrier": Op("coll"),
+    "monitored_barrier": Op("coll"),
+    "all_gather_object": Op("coll"),
+    "gather_object": Op("coll", None, "dst", default_root=0),
+    "broadcast_object_list": Op("coll", None, "src", default_root=0),
+    "scatter_object_list": Op("coll", None, "src", default_root=0),
+    "send": Op("p2p", "tensor", "dst"),
+    "recv": Op("p2p", "tensor", "src"),  # no src: from any rank
+    "isend": Op("p2p", "tensor", "dst", returns_work=True),
+    "irecv": Op("p2p", "tensor", "src", returns_work=True),
+    "send_object_list": Op("p2p", None, "dst"),
+    "recv_object_list": Op("p2p", None, "src"),
+    "batch_isend_irecv": Op("p2p", returns_work=True),
+    "init_process_group": Op("init"),
+    "new_group": Op("new_group"),
+    "new_subgroups": Op("local"),
+    "new_subgroups_by_enumeration": Op("local"),
+    "destroy_process_group": Op("local"),
 }
-SEND_OPS = {"send", "isend", "send_object_list"}
-RECV_OPS = {"recv", "irecv", "recv_object_list"}
+
+
+class _Spec:
+    """An op of `OPS` bound to the function it wraps: where each argument sits, from that function's signature."""
+
+    __slots__ = ("name", "op", "kind", "pos", "defaults", "cacheable")
+
+    def __init__(self, name: str, op: Op, fn):
+        self.name, self.op, self.kind = name, op, op.kind
+        self.pos: dict[str, int] = {}
+        self.defaults: dict[str, object] = {}
+        try:
+            params = inspect.signature(fn).parameters.values()  # follows functools.wraps to torch's own function
+        except (TypeError, ValueError):  # no signature to read (a C function): arguments by keyword are still seen
+            params = ()
+        positional = True
+        for i, p in enumerate(params):
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                positional = False  # *args or keyword-only: nothing after it can be passed by position
+            elif positional:
+                self.pos[p.name] = i
+            if p.default is not p.empty:
+                self.defaults[p.name] = p.default
+        self.cacheable = op.kind in ("coll", "p2p") and "object" not in name and name != "batch_isend_irecv"
+
+    def arg(self, args: tuple, kwargs: dict, name: str, default=None):
+        """The argument `name` of a call, however it was passed; else the signature's default, else `default`."""
+        i = self.pos.get(name)
+        if i is not None and i < len(args):
+            return args[i]
+        if name in kwargs:
+            return kwargs[name]
+        return self.defaults.get(name, default)
+
 
 _tls = threading.local()
 _fd: int | None = None
 _rank: int | None = None
-_ids = 0
+_ids = itertools.count(1)        # call ids; next() is atomic, so two threads never get the same one
+_new_groups = itertools.count()  # this rank's new_group calls
+_lock = threading.Lock()         # an id, a sequence number and the line that carries them are written as one
 _seq: dict[str, int] = {}
-_new_groups = 0
 _groups: dict[int, tuple] = {}
 _outstanding: dict[int, tuple] = {}
-_skip_cache: dict[str, bool] = {}
 _display_cache: dict[str, str] = {}
 # the static part of an enter event (everything but id, time and seq), as a JSON fragment, keyed by what it
 # depends on: op, call site, and the arguments' shapes/dtypes/devices/groups. Cleared whenever groups change.
 _static: dict[tuple, tuple] = {}
 _STATIC_MAX = 4096
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-# the sandbox's plumbing: frames in these files are never the user's call site
-_PLUMBING = {os.path.join(_HERE, f) for f in ("trace.py", "rank.py", "_zygote.py", "launch.py", "primitives.py")}
 _MAX_OUTSTANDING = 10000
 _installed = False
-
-
-def _skip(filename: str) -> bool:
-    hit = _skip_cache.get(filename)
-    if hit is None:
-        hit = (filename.startswith(_TORCH_DIR) or filename in _PLUMBING or filename.startswith("<frozen")
-               or os.path.basename(filename) == "runpy.py")
-        _skip_cache[filename] = hit
-    return hit
+_MISSING = object()
+_patched: list[tuple] = []  # (owner, attribute, what was there before, the wrapper put there), in install order
 
 
 def _user_frame(depth: int):
     f = sys._getframe(depth + 1)
-    while f is not None and _skip(f.f_code.co_filename):
+    while f is not None and is_plumbing(f.f_code.co_filename):
         f = f.f_back
     return f
 
@@ -109,18 +154,21 @@ def _display(filename: str) -> str:
         try:
             rel = os.path.relpath(filename)
             shown = rel if not rel.startswith("..") else filename
-        except ValueError:
+        except ValueError:  # another drive (Windows): the absolute path is the honest answer
             shown = filename
         _display_cache[filename] = shown
     return shown
 
 
+def _site(frame) -> tuple[str, str]:
+    if frame is None:
+        return "?", "?"
+    return f"{_display(frame.f_code.co_filename)}:{frame.f_lineno}", frame.f_code.co_name
+
+
 def call_site(depth: int = 2) -> tuple[str, str]:
     """(file:line, function) of the first frame outside torch and the sandbox's plumbing."""
-    f = _user_frame(depth)
-    if f is None:
-        return "?", "?"
-    return f"{_display(f.f_code.co_filename)}:{f.f_lineno}", f.f_code.co_name
+    return _site(_user_frame(depth))
 
 
 def emit(event: dict) -> None:
@@ -128,13 +176,15 @@ def emit(event: dict) -> None:
     if _fd is None:
         return
     event.setdefault("t", time.time())
-    os.write(_fd, (json.dumps(event, separators=(",", ":"), default=str) + "\n").encode())
+    os.write(_fd, events.encode(event))
 
 
-def _arg(args, kwargs, idx, name):
-    if idx is not None and len(args) > idx:
-        return args[idx]
-    return kwargs.get(name)
+def set_sink(fd: int | None) -> int | None:
+    """Write this rank's events to `fd` from now on (None: record nothing); returns the previous sink.
+    For measuring the tracer's own cost with the trace going to /dev/null (benchmarks/core.py)."""
+    global _fd
+    old, _fd = _fd, fd
+    return old
 
 
 def _tensor_info(x):
@@ -167,7 +217,7 @@ def group_info(g) -> tuple[str, list[int]] | None:
         info = (g, c10d._get_process_group_name(g), list(dist.get_process_group_ranks(g)))
         _groups[id(g)] = info
         return info[1], info[2]
-    except Exception:
+    except Exception:  # noqa: BLE001  not a group torch knows (destroyed, or a wrong argument the call will reject)
         return None
 
 
@@ -186,86 +236,67 @@ def _endpoint(init_method, store) -> str:
     return method
 
 
-def _describe(name, kind, spec, args, kwargs, frame) -> dict:
-    _, idx, argname, rootname = spec
-    site, func = (f"{_display(frame.f_code.co_filename)}:{frame.f_lineno}", frame.f_code.co_name) if frame else ("?", "?")
-    ev = {"ev": "enter", "rank": _rank, "op": name, "site": site, "func": func}
-    if kind == "init":
-        bound = dict(zip(("backend", "init_method", "timeout", "world_size", "rank", "store"), args))
-        bound.update(kwargs)
-        ws = bound.get("world_size", -1)
+def _describe(spec: _Spec, args: tuple, kwargs: dict, frame) -> dict:
+    """The static fields of a call's enter event (all but id, time and seq)."""
+    name, op = spec.name, spec.op
+
+    def arg(argname, default=None):
+        return spec.arg(args, kwargs, argname, default)
+
+    site, func = _site(frame)
+    ev = {"op": name, "site": site, "func": func}
+    if op.kind == "init":
+        ws = arg("world_size")
         ws = int(ws if ws not in (None, -1) else os.environ.get("WORLD_SIZE", -1))
-        ev.update(backend=str(bound.get("backend")),
-                  init_method=bound.get("init_method") or ("env://" if bound.get("store") is None else None),
-                  endpoint=_endpoint(bound.get("init_method"), bound.get("store")), world_size=ws,
+        init_method, store, device_id, timeout = arg("init_method"), arg("store"), arg("device_id"), arg("timeout")
+        ev.update(backend=str(arg("backend")), init_method=init_method or ("env://" if store is None else None),
+                  endpoint=_endpoint(init_method, store), world_size=ws,
                   MASTER_ADDR=os.environ.get("MASTER_ADDR"), MASTER_PORT=os.environ.get("MASTER_PORT"),
-                  device_id=str(bound["device_id"]) if bound.get("device_id") is not None else None,
-                  timeout_s=bound["timeout"].total_seconds() if bound.get("timeout") is not None else None,
-                  group=list(range(ws)) if ws > 0 else None, gname="0", seq=0)
+                  device_id=str(device_id) if device_id is not None else None,
+                  timeout_s=timeout.total_seconds() if timeout is not None else None,
+                  group=list(range(ws)) if ws > 0 else None, gname="0")
         return ev
-    if kind == "new_group":
-        global _new_groups
-        ranks = _arg(args, kwargs, 0, "ranks")
-        ev["ranks"] = sorted(ranks) if ranks is not None and kwargs.get("sort_ranks", True) else (
-            list(ranks) if ranks is not None else "all")
-        ev["index"] = _new_groups
-        _new_groups += 1
-        if kwargs.get("use_local_synchronization"):
+    if op.kind == "new_group":
+        ranks = arg("ranks")
+        ev["ranks"] = "all" if ranks is None else sorted(ranks) if arg("sort_ranks", True) else list(ranks)
+        ev["index"] = next(_new_groups)
+        if arg("use_local_synchronization"):
             ev["local_sync"] = True
         return ev
-    if kind == "local":
+    if op.kind == "local":
         return ev
-    group = kwargs.get("group")
-    if group is None and name not in ("batch_isend_irecv",):
-        gi = _GROUP_INDEX.get(name)
-        if gi is not None and len(args) > gi:
-            group = args[gi]
-    info = group_info(group)
+    info = group_info(arg("group"))
     if info is not None:
         ev["gname"], ev["group"] = info
-    if argname is not None:
-        shapes, dtypes, devices = _tensor_info(_arg(args, kwargs, idx, argname))
+    if op.data is not None:
+        shapes, dtypes, devices = _tensor_info(arg(op.data))
         if shapes is not None:
             ev.update(shapes=shapes, dtypes=dtypes, devices=devices)
-    if rootname is not None:
-        root = kwargs.get(rootname)
+    if op.root is not None:
+        root = arg(op.root)
         if root is None:
-            ri = _ROOT_INDEX.get(name)
-            if ri is not None and len(args) > ri:
-                root = args[ri]
-        if root is None and name not in ("send_object_list", "recv_object_list", "recv", "irecv"):
-            root = 0 if name in ("broadcast_object_list", "scatter_object_list", "gather_object") else None
-        if kind == "p2p":
+            in_group = arg("group_" + op.root)
+            if isinstance(in_group, int) and info is not None and 0 <= in_group < len(info[1]):
+                root = info[1][in_group]  # recorded as a global rank, whichever way it was given
+            elif in_group is None:
+                root = op.default_root
+            else:
+                root = in_group
+        if op.kind == "p2p":
             ev["peer"] = root
-            tag = kwargs.get("tag", args[3] if len(args) > 3 and name in ("send", "recv", "isend", "irecv") else 0)
+            tag = arg("tag", 0)
             if tag:
                 ev["tag"] = tag
         else:
             ev["root"] = root
-    if kind == "coll":
+    if op.kind == "coll":
         ev["sig"] = f"{name}|{ev.get('root')}|{ev.get('shapes')}|{ev.get('dtypes')}"
     elif name == "batch_isend_irecv":
-        ops = _arg(args, kwargs, 0, "p2p_op_list") or []
         ev["p2p"] = [{"op": getattr(getattr(o, "op", None), "__name__", "?"), "peer": getattr(o, "peer", None),
-                      "shapes": _tensor_info(getattr(o, "tensor", None))[0]} for o in ops]
-    if len(args) > _ASYNC_INDEX.get(name, 99) and args[_ASYNC_INDEX[name]] or kwargs.get("async_op") \
-            or name in ("isend", "irecv", "batch_isend_irecv"):
+                      "shapes": _tensor_info(getattr(o, "tensor", None))[0]} for o in arg("p2p_op_list") or ()]
+    if op.returns_work or arg("async_op", False):
         ev["async"] = True
     return ev
-
-
-# positional index of `group`, of the root and of `async_op` for each op (torch 2.11-2.13 signatures)
-_GROUP_INDEX = {"all_reduce": 2, "all_gather": 2, "all_gather_into_tensor": 2, "reduce_scatter": 3,
-                "reduce_scatter_tensor": 3, "all_to_all": 2, "all_to_all_single": 4, "broadcast": 2, "reduce": 3,
-                "gather": 3, "scatter": 3, "barrier": 0, "monitored_barrier": 0, "all_gather_object": 2,
-                "gather_object": 3, "broadcast_object_list": 2, "scatter_object_list": 3, "send": 2, "recv": 2,
-                "isend": 2, "irecv": 2, "send_object_list": 2, "recv_object_list": 2, "all_reduce_coalesced": 2}
-_ROOT_INDEX = {"broadcast": 1, "reduce": 1, "gather": 2, "scatter": 2, "gather_object": 2,
-               "broadcast_object_list": 1, "scatter_object_list": 2, "send": 1, "recv": 1, "isend": 1, "irecv": 1,
-               "send_object_list": 1, "recv_object_list": 1}
-_ASYNC_INDEX = {"all_reduce": 3, "all_gather": 3, "all_gather_into_tensor": 3, "reduce_scatter": 4,
-                "reduce_scatter_tensor": 4, "all_to_all": 3, "all_to_all_single": 5, "broadcast": 3, "reduce": 4,
-                "gather": 4, "scatter": 4, "barrier": 1, "all_reduce_coalesced": 3}
 
 
 def _key(v):
@@ -273,7 +304,7 @@ def _key(v):
     if isinstance(v, torch.Tensor):
         return (v.shape, v.dtype, v.device)
     if isinstance(v, (list, tuple)):
-        return tuple(_key(x) for x in v)
+        return tuple([_key(x) for x in v])  # a list comprehension: faster than a generator here
     if v is None or isinstance(v, (int, float, str, bool)):
         return v
     try:
@@ -283,38 +314,40 @@ def _key(v):
         return ("obj", id(v))
 
 
-def _enter(name, kind, spec, cacheable, args, kwargs) -> dict:
-    """Write the enter event of a call; returns its fields (only the cheap ones on the fast path)."""
+def _enter(spec: _Spec, args: tuple, kwargs: dict) -> tuple[int, dict | None]:
+    """Write the enter event of a call. Returns its id, and for an asynchronous call its fields (its Work's
+    `wait` repeats them). Writing the line is the last thing it does."""
     frame = _user_frame(2)
+    code = frame.f_code if frame is not None else None
     hit = key = None
-    if cacheable:
-        key = (name, frame.f_code if frame else None, frame.f_lineno if frame else None, _key(args),
+    if spec.cacheable:
+        # the call site by the id of its code object (hashing the code itself costs more than the rest of the key);
+        # the cached entry holds the code object, so that id cannot be reused while the entry exists
+        key = (spec.name, id(code), frame.f_lineno if frame is not None else None, tuple([_key(a) for a in args]),
                _key(tuple(kwargs.items())) if kwargs else None)
         hit = _static.get(key)
     if hit is None:
-        ev = _describe(name, kind, spec, args, kwargs, frame)
-        static = {k: v for k, v in ev.items() if k not in ("ev", "rank", "t", "id", "seq")}
-        hit = (json.dumps(static, separators=(",", ":"), default=str)[1:-1].encode(), static.get("gname", "?"),
-               static)
+        static = _describe(spec, args, kwargs, frame)
+        hit = (events.fragment(static), static.get("gname", "?"), static, code)
         if key is not None:
             if len(_static) >= _STATIC_MAX:
                 _static.clear()
             _static[key] = hit
-        if not cacheable:  # rare calls (init, new_group, object collectives) keep their full event
-            ev["id"] = _ids
-            if kind == "coll":
-                _seq[hit[1]] = _seq.get(hit[1], 0) + 1
-                ev["seq"] = _seq[hit[1]]
-            emit(ev)
-            return ev
-    frag, gname, static = hit
-    if kind == "coll":
-        seq = _seq[gname] = _seq.get(gname, 0) + 1
-        os.write(_fd, b'{"ev":"enter","rank":%d,"id":%d,"t":%.6f,"seq":%d,%s}\n'
-                 % (_rank, _ids, time.time(), seq, frag))
-        return {**static, "id": _ids, "seq": seq} if static.get("async") else {"id": _ids}
-    os.write(_fd, b'{"ev":"enter","rank":%d,"id":%d,"t":%.6f,%s}\n' % (_rank, _ids, time.time(), frag))
-    return {**static, "id": _ids} if static.get("async") else {"id": _ids}
+    frag, gname, static, _ = hit
+    kind = spec.kind
+    with _lock:
+        call_id = next(_ids)
+        if kind == "coll":
+            seq = _seq[gname] = _seq.get(gname, 0) + 1
+        else:
+            seq = 0 if kind == "init" else None  # init opens the world group's sequence
+        os.write(_fd, events.enter_line(_rank, call_id, time.time(), frag, seq))
+    if not static.get("async"):
+        return call_id, None
+    ev = {**static, "id": call_id}
+    if seq is not None:
+        ev["seq"] = seq
+    return call_id, ev
 
 
 def _remember_work(work, ev) -> None:
@@ -323,71 +356,88 @@ def _remember_work(work, ev) -> None:
     _outstanding[id(work)] = (work, ev)
 
 
-def _wrap(name: str, fn):
-    spec = _SPECS[name]
-    kind = spec[0]
+def _returned(spec: _Spec, call_id: int, ev: dict | None, args: tuple, kwargs: dict, out) -> None:
+    """The tracer's bookkeeping after a call returned. Writing its exit line is the last thing it does."""
+    name, kind = spec.name, spec.kind
+    if kind in ("init", "new_group", "local"):
+        _static.clear()  # groups changed: cached group names may be stale
+        if name == "destroy_process_group":
+            forget_groups()
+        done = {"ev": "exit", "rank": _rank, "id": call_id, "op": name}
+        if kind == "init":
+            done["world_size"] = dist.get_world_size()
+            done["group"] = list(range(done["world_size"]))
+        elif kind == "new_group":
+            info = group_info(out) if out is not None else None
+            done["gname"], done["group"] = info if info else (None, None)
+        emit(done)
+        return
+    if ev is not None and out is not None:  # asynchronous: its Works are recorded when waited on
+        works = out if isinstance(out, list) else [out]
+        for i, w in enumerate(works):
+            sub = dict(ev)
+            if name == "batch_isend_irecv" and i < len(ev.get("p2p", [])):
+                sub["op"] = ev["p2p"][i]["op"]
+                sub["peer"] = ev["p2p"][i]["peer"]
+                sub["idx"] = i
+            _remember_work(w, sub)
+    w, _tls.work = _tls.work, None  # the Work a synchronous call waited on (NCCL: returns early)
+    if w is None and _on_cuda(spec, args, kwargs):
+        w = _StreamMark()  # NCCL synced at C++ level: the stream says when it is really done
+    if w is not None and not _completed(w):
+        _in_flight(w, call_id, name)
+    else:
+        os.write(_fd, events.exit_line(_rank, call_id, name, time.time()))
 
-    cacheable = kind in ("coll", "p2p") and "object" not in name and name != "batch_isend_irecv"
 
+def _exit_anyway(call_id: int, op: str, e: Exception) -> None:
+    """The call returned but the tracer's bookkeeping of it failed: write its exit all the same (without it the
+    rank would look inside the call forever, a false hang), then say what failed."""
+    try:
+        os.write(_fd, events.exit_line(_rank, call_id, op, time.time()))
+        emit({"ev": "tracer_error", "rank": _rank, "id": call_id, "op": op, "error": repr(e)[:2000]})
+    except Exception:  # noqa: BLE001  the trace file cannot be written at all: nothing more to record; the call worked
+        pass
+
+
+def _exit_error(call_id: int, op: str, e: BaseException) -> None:
+    try:
+        emit({"ev": "exit", "rank": _rank, "id": call_id, "op": op, "error": f"{type(e).__name__}: {e}"[:2000]})
+    except Exception:  # noqa: BLE001  the trace file cannot be written: the user's own error matters more than ours
+        pass
+
+
+def _tracer_error(op: str, e: Exception) -> None:
+    try:
+        emit({"ev": "tracer_error", "rank": _rank, "op": op, "error": repr(e)[:2000]})
+    except Exception:  # noqa: BLE001  the trace file cannot be written: the call runs untraced all the same
+        pass
+
+
+def _wrap(spec: _Spec, fn):
     @functools.wraps(fn)
     def traced(*args, **kwargs):
         if _fd is None or getattr(_tls, "depth", 0):
             return fn(*args, **kwargs)
-        global _ids
         _tls.depth = 1
-        ev = None
         try:
             try:
-                _ids += 1
-                ev = _enter(name, kind, spec, cacheable, args, kwargs)
-            except Exception as e:  # the tracer must never break the user's call
-                ev = None
-                try:
-                    emit({"ev": "tracer_error", "rank": _rank, "op": name, "error": repr(e)})
-                except Exception:  # noqa: BLE001
-                    pass
+                call_id, ev = _enter(spec, args, kwargs)
+            except Exception as e:  # noqa: BLE001  the tracer must never break the user's call: it runs untraced
+                call_id = ev = None
+                _tracer_error(spec.name, e)
             _tls.work = None
             try:
                 out = fn(*args, **kwargs)
             except BaseException as e:
-                if ev is not None:
-                    emit({"ev": "exit", "rank": _rank, "id": ev["id"], "op": name,
-                          "error": f"{type(e).__name__}: {e}"[:2000]})
+                if call_id is not None:
+                    _exit_error(call_id, spec.name, e)
                 raise
-            try:  # the call worked: a failure of the tracer's own bookkeeping must not make it fail
-                if ev is not None:
-                    if kind in ("init", "new_group", "local"):
-                        _static.clear()  # groups changed: cached group names may be stale
-                        if name == "destroy_process_group":
-                            forget_groups()
-                        done = {"ev": "exit", "rank": _rank, "id": ev["id"], "op": name}
-                        if kind == "init":
-                            done["world_size"] = dist.get_world_size()
-                            done["group"] = list(range(done["world_size"]))
-                        elif kind == "new_group":
-                            info = group_info(out) if out is not None else None
-                            done["gname"], done["group"] = info if info else (None, None)
-                        emit(done)
-                    else:
-                        if ev.get("async") and out is not None:
-                            works = out if isinstance(out, list) else [out]
-                            for i, w in enumerate(works):
-                                sub = dict(ev)
-                                if name == "batch_isend_irecv" and i < len(ev.get("p2p", [])):
-                                    sub["op"] = ev["p2p"][i]["op"]
-                                    sub["peer"] = ev["p2p"][i]["peer"]
-                                    sub["idx"] = i
-                                _remember_work(w, sub)
-                        w, _tls.work = _tls.work, None  # the Work a synchronous call waited on (NCCL: returns early)
-                        if w is None and kind != "local" and _on_cuda(spec, args, kwargs):
-                            w = _StreamMark()  # NCCL synced at C++ level: the stream says when it is really done
-                        if w is not None and not _completed(w):
-                            _in_flight(w, ev["id"], name)
-                        else:
-                            os.write(_fd, b'{"ev":"exit","rank":%d,"id":%d,"op":"%s","t":%.6f}\n'
-                                     % (_rank, ev["id"], name.encode(), time.time()))
-            except Exception:  # noqa: BLE001
-                pass
+            if call_id is not None:
+                try:
+                    _returned(spec, call_id, ev, args, kwargs, out)
+                except Exception as e:  # noqa: BLE001  the call worked: our bookkeeping must not make it fail
+                    _exit_anyway(call_id, spec.name, e)
             return out
         finally:
             _tls.depth = 0
@@ -414,8 +464,10 @@ class _StreamMark:
         return self.event.query()
 
 
-def _on_cuda(spec, args, kwargs) -> bool:
-    x = _arg(args, kwargs, spec[1], spec[2]) if spec[2] is not None else None
+def _on_cuda(spec: _Spec, args: tuple, kwargs: dict) -> bool:
+    if spec.op.data is None:
+        return False
+    x = spec.arg(args, kwargs, spec.op.data)
     if isinstance(x, (list, tuple)) and x:
         x = x[0]
     return isinstance(x, torch.Tensor) and x.is_cuda
@@ -431,10 +483,10 @@ def _completed(work) -> bool:
 def _in_flight(work, call_id: int, op: str) -> None:
     global _watcher
     _inflight[call_id] = work
-    emit({"ev": "exit", "rank": _rank, "id": call_id, "op": op, "inflight": True})
     if _watcher is None:
         _watcher = threading.Thread(target=_watch_inflight, name="sandbox-inflight", daemon=True)
         _watcher.start()
+    emit({"ev": "exit", "rank": _rank, "id": call_id, "op": op, "inflight": True})
 
 
 def _watch_inflight() -> None:
@@ -446,6 +498,23 @@ def _watch_inflight() -> None:
                 emit({"ev": "done", "rank": _rank, "id": call_id})
 
 
+def _enter_wait(of: dict) -> int:
+    """Write the enter event of a `wait` on the Work of the asynchronous call `of`; returns its id."""
+    site, func = _site(_user_frame(2))
+    ev = {"ev": "enter", "rank": _rank, "id": None, "op": "wait", "of": of["op"], "of_id": of["id"],
+          "site": site, "func": func}
+    if "idx" in of:
+        ev["of_idx"] = of["idx"]
+    for k in ("gname", "group", "seq", "peer", "shapes", "dtypes", "sig", "root"):
+        if k in of:
+            ev[k] = of[k]
+    with _lock:
+        ev["id"] = call_id = next(_ids)
+        ev["t"] = time.time()
+        os.write(_fd, events.encode(ev))
+    return call_id
+
+
 def _wrap_wait(orig):
     @functools.wraps(orig)
     def wait(self, *args, **kwargs):
@@ -455,30 +524,28 @@ def _wrap_wait(orig):
         hit = _outstanding.pop(id(self), None) if _fd is not None else None
         if hit is None or hit[0] is not self:
             return orig(self, *args, **kwargs)
-        global _ids
-        of = hit[1]
-        _ids += 1
-        site, func = call_site(2)
-        ev = {"ev": "enter", "rank": _rank, "id": _ids, "op": "wait", "of": of["op"], "of_id": of["id"],
-              "site": site, "func": func}
-        if "idx" in of:
-            ev["of_idx"] = of["idx"]
-        for k in ("gname", "group", "seq", "peer", "shapes", "dtypes", "sig", "root"):
-            if k in of:
-                ev[k] = of[k]
-        emit(ev)
+        try:
+            call_id = _enter_wait(hit[1])
+        except Exception as e:  # noqa: BLE001  the tracer must never break the user's wait: it runs untraced
+            call_id = None
+            _tracer_error("wait", e)
         _tls.depth = 1
         try:
             out = orig(self, *args, **kwargs)
         except BaseException as e:
-            emit({"ev": "exit", "rank": _rank, "id": ev["id"], "op": "wait", "error": f"{type(e).__name__}: {e}"[:2000]})
+            if call_id is not None:
+                _exit_error(call_id, "wait", e)
             raise
         finally:
             _tls.depth = 0
-        if not _completed(self):
-            _in_flight(self, ev["id"], "wait")
-        else:
-            emit({"ev": "exit", "rank": _rank, "id": ev["id"], "op": "wait"})
+        if call_id is not None:
+            try:
+                if not _completed(self):
+                    _in_flight(self, call_id, "wait")
+                else:
+                    os.write(_fd, events.exit_line(_rank, call_id, "wait", time.time()))
+            except Exception as e:  # noqa: BLE001  the wait worked: our bookkeeping must not make it fail
+                _exit_anyway(call_id, "wait", e)
         return out
 
     wait.__sandbox_traced__ = orig
@@ -494,32 +561,55 @@ def forget_groups() -> None:
     _static.clear()
 
 
+def _patch(owner, attr: str, wrapper) -> None:
+    _patched.append((owner, attr, vars(owner).get(attr, _MISSING), wrapper))
+    setattr(owner, attr, wrapper)
+
+
 def install() -> None:
-    """Wrap torch.distributed's public calls (idempotent). Events are written only once `start` gives a sink."""
+    """Wrap torch.distributed's public calls and Work.wait (idempotent). Events are written only once `start`
+    gives a sink. Argument positions are read here, once, from the signatures of the functions wrapped."""
     global _installed
     if _installed:
         return
-    for name in _SPECS:
+    for name, op in OPS.items():
         fn = getattr(c10d, name, None)
         if fn is None or hasattr(fn, "__sandbox_traced__"):
             continue
-        traced = _wrap(name, fn)
-        setattr(c10d, name, traced)
+        traced = _wrap(_Spec(name, op, fn), fn)
         if getattr(dist, name, None) is fn:
-            setattr(dist, name, traced)
+            _patch(dist, name, traced)
+        _patch(c10d, name, traced)
     Work = torch._C._distributed_c10d.Work
     if not hasattr(Work.wait, "__sandbox_traced__"):
-        Work.wait = _wrap_wait(Work.wait)
+        _patch(Work, "wait", _wrap_wait(Work.wait))
     _installed = True
 
 
+def uninstall() -> None:
+    """Put back every function `install` replaced (idempotent). An attribute someone else has replaced since is
+    left as they set it: putting ours back would undo their change."""
+    global _installed
+    while _patched:
+        owner, attr, before, wrapper = _patched.pop()
+        if vars(owner).get(attr) is not wrapper:
+            continue
+        if before is _MISSING:
+            delattr(owner, attr)
+        else:
+            setattr(owner, attr, before)
+    _installed = False
+
+
 def start(path: str, rank: int, **meta) -> None:
-    """Open this rank's trace file and write its first event."""
+    """Write the trace directory's meta.json, open this rank's trace file and write its first event."""
     global _fd, _rank
     _rank = rank
+    events.write_meta(os.path.dirname(os.path.abspath(path)), torch=torch.__version__,
+                      world_size=meta.get("world_size"))
     _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
     emit({"ev": "hello", "rank": rank, "pid": os.getpid(), "host": socket.gethostname(),
-          "torch": torch.__version__, **meta})
+          "torch": torch.__version__, "format": events.FORMAT_VERSION, **meta})
 
 
 def finish(outcome: str, **fields) -> None:
@@ -527,12 +617,47 @@ def finish(outcome: str, **fields) -> None:
     emit({"ev": "end", "rank": _rank, "outcome": outcome, **fields})
 
 
+def _is_sandbox_frame(path: str) -> bool:
+    """A frame of the sandbox's own machinery (or runpy's, which the sandbox uses to run scripts)."""
+    return path in _paths.PLUMBING_FILES or path == "<frozen runpy>" or os.path.basename(path) == "runpy.py"
+
+
+def _drop_sandbox_frames(te: traceback.TracebackException, seen: set) -> None:
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    kept = [f for f in te.stack if not _is_sandbox_frame(f.filename)]
+    if kept:  # an error of the sandbox itself (nothing else on the stack) keeps every frame
+        te.stack = traceback.StackSummary.from_list(kept)
+    for other in (te.__cause__, te.__context__, *(getattr(te, "exceptions", None) or ())):
+        if other is not None:
+            _drop_sandbox_frames(other, seen)
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of `exc` as the user's own program would print it: without the sandbox's frames (the tracer's
+    wrappers, the rank's runner, runpy), in chained exceptions too. Torch's frames stay."""
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    _drop_sandbox_frames(te, set())
+    return "".join(te.format())
+
+
+def error_site(exc: BaseException) -> str | None:
+    """file:line of the innermost frame of the user's code in an exception's traceback."""
+    tb, site = exc.__traceback__, None
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not is_plumbing(fn):
+            site = f"{_display(fn)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return site
+
+
 def _main(argv: list[str]) -> int:
     import argparse
     import faulthandler
     import runpy
     import signal
-    import traceback
 
     p = argparse.ArgumentParser(prog="python -m sandbox.trace",
                                 description="Run a script with every torch.distributed call traced (use under torchrun).")
@@ -563,26 +688,21 @@ def _main(argv: list[str]) -> int:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         finish("ok" if code == 0 else "exit", exit_code=code)
         raise
-    except BaseException as e:
+    except Exception as e:  # noqa: BLE001  the script's own error: printed as Python would, without our frames
+        shown = user_traceback(e)
+        finish("error", error={"type": type(e).__name__, "message": str(e)[:2000], "traceback": shown[-8000:],
+                               "site": error_site(e)})
+        sys.stderr.write(shown)
+        return 1
+    except BaseException as e:  # KeyboardInterrupt: recorded, then left to end the process as it would
         finish("error", error={"type": type(e).__name__, "message": str(e)[:2000],
-                               "traceback": traceback.format_exc()[-8000:], "site": _error_site(e)})
+                               "traceback": user_traceback(e)[-8000:], "site": error_site(e)})
         raise
     else:
         finish("ok", exit_code=0)
     finally:
         forget_groups()
     return 0
-
-
-def _error_site(exc: BaseException) -> str | None:
-    """file:line of the innermost frame of the user's code in an exception's traceback."""
-    tb, site = exc.__traceback__, None
-    while tb is not None:
-        fn = tb.tb_frame.f_code.co_filename
-        if not _skip(fn):
-            site = f"{os.path.relpath(fn) if not os.path.relpath(fn).startswith('..') else fn}:{tb.tb_lineno}"
-        tb = tb.tb_next
-    return site
 
 
 if __name__ == "__main__":
