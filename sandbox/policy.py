@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sandbox.diagnose import (diagnose_failure, diagnose_hang, diagnose_interrupted, diagnose_timeout,
+from sandbox.diagnose import (diagnose_failure, diagnose_hang, diagnose_interrupted, diagnose_timeout, lost_peer,
                               progress_possible, provable_deadlock)
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
@@ -93,6 +93,13 @@ def judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, timeo
     (HANG, FAILURE, TIMEOUT, "interrupted") or None; timeout: the run's limit (for the wording).
     """
     outcomes = {r: outcome(t, stopped_for) for r, t in sorted(tracks.items())}
+    if stopped_for is None and "hung" in outcomes.values():
+        # offline, with ranks killed inside their calls: an error that only says a peer went away, raised in the
+        # call the rank was stuck in, is the launcher tearing the hung job down (torchrun ends every worker once
+        # one is stopped), not a cause: that rank was hung too
+        for r, t in tracks.items():
+            if outcomes[r] == "error" and t.pid is None and t.failed_call is not None and lost_peer(t):
+                outcomes[r] = "hung"
     vals = set(outcomes.values())
     if stopped_for == "interrupted":
         return Judgement("interrupted", diagnose_interrupted(tracks), outcomes)

@@ -354,3 +354,17 @@ def test_the_log_cut_says_line_or_lines():
         return out.getvalue()
     assert "... 1 earlier line\n" in cut(3)
     assert "... 2 earlier lines\n" in cut(4)
+
+
+def test_offline_a_peer_lost_error_in_the_stuck_call_is_the_teardown_of_a_hang():
+    # torchrun ended a send/send deadlock: rank 0 was killed inside its send; rank 1's send raised first because
+    # its peer went away. Judged from the files alone, it is still the cycle.
+    t0 = _track(0, {"op": "send", "peer": 1})
+    t1 = _track(1, {"op": "send", "peer": 0})
+    t1.feed({"ev": "exit", "rank": 1, "id": 1, "op": "send", "t": 5.0, "error": "RuntimeError: Connection closed by peer"})
+    t1.feed({"ev": "end", "rank": 1, "outcome": "error", "t": 5.1,
+             "error": {"type": "RuntimeError", "message": "[../gloo/pair.cc:534] Connection closed by peer [127.0.0.1]:5"}})
+    j = policy.judge({0: t0, 1: t1})
+    assert (j.verdict, j.diagnosis.kind, j.diagnosis.culprit_ranks) == ("hang", "p2p_cycle", [0, 1])
+    t1.end["error"]["message"] = "ValueError: bad batch"  # a real error of its own is still an error
+    assert policy.judge({0: t0, 1: t1}).verdict == "error"

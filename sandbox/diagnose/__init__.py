@@ -305,8 +305,21 @@ def _missing(tracks, pend) -> Diagnosis | None:
     return None
 
 
+def lost_peer(t: RankTrack) -> bool:
+    """Did this rank's own code fail only because a peer went away (a consequence, not a cause)?"""
+    return t.error is not None and bool(_PEER_LOST.search(t.error.get("message", "")))
+
+
+def blocked_call(t: RankTrack) -> dict | None:
+    """The call a rank was stuck in: the one it is inside, or, when that call raised only because a peer went away
+    (its launcher ended the peer: torchrun tearing a hung job down), the call that raised."""
+    if t.pending is not None:
+        return t.pending
+    return t.failed_call if lost_peer(t) else None
+
+
 def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
-    pend = {r: t.pending for r, t in tracks.items() if t.pending is not None}
+    pend = {r: blocked_call(t) for r, t in tracks.items() if blocked_call(t) is not None}
     for finder in (lambda: _init_mismatch(tracks), lambda: _group_mismatch(tracks, strict=True),
                    lambda: _bucket_mismatch(tracks, pend), lambda: _p2p(tracks, pend), lambda: _missing(tracks, pend)):
         d = finder()
