@@ -7,9 +7,15 @@ pid and exit status on stdout as JSON lines. A rank that fails before its user c
 traceback in its log (or in the zygote's stderr, `zygote.log`, if the log could not be opened).
 If the parent dies, the kernel sends the zygote SIGTERM (PR_SET_PDEATHSIG); it then ends its ranks and removes
 the run's directory, so nothing is left behind. Ranks die with the zygote the same way.
+
+A warm zygote (`--warm`, one per launching process, e.g. a Jupyter kernel) imports torch once and then serves many
+runs: for each it forks a child that becomes that run's zygote, in its own process group, so a second run costs a
+fork instead of an import, and runs share nothing (fresh ranks, fresh store, the user's modules imported after the
+fork). It dies with its launcher, and its runs die with it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -20,39 +26,148 @@ import sys
 
 from sandbox._proc import EARLY_EXIT, die_with_parent, report_failure
 
-PROTO_FD = 1  # the pipe to the parent; moved off fd 1 in main() so stray prints cannot corrupt it
+PROTO_FD = 1  # the pipe (or socket) to the parent; moved off fd 1 so stray prints cannot corrupt it
+ORPHAN_CHECK_S = 0.25  # how often a zygote waiting for its ranks checks that its launcher is still alive
+WARM_CHILDREN: set[int] = set()  # a warm zygote's live runs (each one the leader of its own process group)
 
 
 def say(**msg) -> None:
     os.write(PROTO_FD, (json.dumps(msg) + "\n").encode())
 
 
-def main() -> None:
-    global PROTO_FD
-    PROTO_FD = os.dup(1)
-    os.dup2(2, 1)  # whatever torch or the user's module prints at import goes to the zygote's log
-    parent = int(os.environ.get("SANDBOX_PARENT_PID", os.getppid()))
-    run_dir = os.environ.get("SANDBOX_RUN_DIR")
+@contextlib.contextmanager
+def _signals_to_main_thread():
+    """Threads started inside (torch's, the store's) inherit a signal mask without SIGTERM, so the kernel delivers
+    SIGTERM to the main thread: the one that runs Python's handlers, and the one blocked in os.wait(). Delivered to
+    another thread, it would wait there unseen until a rank exits, and an orphaned run would live on."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
+
+def _ending(run_dir: str | None, owns_dir: bool):
     def orphaned(signum, frame):  # the parent is gone: clean up after it, then end the whole process group
-        if run_dir and os.environ.get("SANDBOX_OWNS_DIR") == "1":
+        if run_dir and owns_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
         os.killpg(0, signal.SIGKILL)
+    return orphaned
 
-    signal.signal(signal.SIGTERM, orphaned)
+
+def main() -> None:
+    global PROTO_FD
+    warm = "--warm" in sys.argv[1:]
+    parent = int(os.environ.get("SANDBOX_PARENT_PID", os.getppid()))
+    if warm:
+        control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=int(os.environ["SANDBOX_CONTROL_FD"]))
+        signal.signal(signal.SIGTERM, _end_warm)
+    else:
+        PROTO_FD = os.dup(1)
+        os.dup2(2, 1)  # whatever torch or the user's module prints at import goes to the zygote's log
+        signal.signal(signal.SIGTERM, _ending(os.environ.get("SANDBOX_RUN_DIR"),
+                                              os.environ.get("SANDBOX_OWNS_DIR") == "1"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(signal.SIGTERM, parent)
 
-    import torch  # noqa: F401  the one import of torch that every rank shares
-    import torch.distributed  # noqa: F401
+    with _signals_to_main_thread():
+        import torch  # noqa: F401  the one import of torch that every rank shares
+        import torch.distributed  # noqa: F401
+
+        from sandbox import trace
+
+        trace.install()
+    if warm:
+        serve(control)
+    else:
+        run(os.environ["SANDBOX_SPEC"], parent)
+
+
+# ----------------------------------------------------------------------------------------------- a warm zygote
+
+def _end_warm(signum=None, frame=None) -> None:
+    """The warm zygote's end (its launcher died, or closed the control socket): end every run it started."""
+    for pid in list(WARM_CHILDREN):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:  # that run already ended
+            pass
+    os._exit(0)
+
+
+def serve(control: socket.socket) -> None:
+    """Fork one run-zygote per request, from this process's warm state (torch imported, tracer installed).
+
+    A request is one JSON line {"spec": path, "cwd": dir, "environ": {...}, "log": path} with one file descriptor
+    attached (SCM_RIGHTS): the run's own pipe to the launcher. The reply is {"pid": P}: P leads the run's process
+    group. Closing the control socket ends the warm zygote and every run it started."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # runs are reaped by the kernel: no zombies to collect
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(control, 65536, 4)
+        except InterruptedError:  # a signal; recv_fds is retried
+            continue
+        if not msg:
+            _end_warm()
+        req = json.loads(msg)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setpgid(0, 0)
+                control.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # this run waits for its own ranks
+                _become_run(req, fds[0], parent=os.getppid())
+            except BaseException:  # noqa: BLE001  the run could not start: its log says why, the launcher sees EOF
+                report_failure("the run could not start:")
+            finally:
+                os._exit(0)
+        try:
+            os.setpgid(pid, pid)  # both sides set it, so the launcher can end the group whichever ran first
+        except (PermissionError, ProcessLookupError):  # the child already did it (or already ended)
+            pass
+        for fd in fds:
+            os.close(fd)
+        WARM_CHILDREN.add(pid)
+        WARM_CHILDREN.intersection_update(p for p in WARM_CHILDREN if _alive(p))
+        control.sendall((json.dumps({"pid": pid}) + "\n").encode())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _become_run(req: dict, channel_fd: int, parent: int) -> None:
+    """In a child of the warm zygote: become the zygote of one run, as a cold one would be."""
+    global PROTO_FD
+    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 2)
+    os.dup2(log, 1)
+    os.close(log)
+    PROTO_FD = channel_fd
+    os.environ.clear()
+    os.environ.update(req["environ"])
+    os.chdir(req["cwd"])
+    signal.signal(signal.SIGTERM, _ending(os.environ.get("SANDBOX_RUN_DIR"),
+                                          os.environ.get("SANDBOX_OWNS_DIR") == "1"))
+    die_with_parent(signal.SIGTERM, parent)  # the warm zygote gone: end this run too
+    run(req["spec"], parent)
+
+
+# ----------------------------------------------------------------------------------------------- one run
+
+def run(spec_path: str, parent: int) -> None:
+    """Read the run's spec, fork its ranks, host its store, report every exit, say done."""
+    import torch
 
     from sandbox import rank as rank_mod
-    from sandbox import trace
 
-    trace.install()
-    with open(os.environ["SANDBOX_SPEC"], "rb") as f:
+    with open(spec_path, "rb") as f:
         spec = pickle.load(f)
-    os.unlink(os.environ["SANDBOX_SPEC"])
+    os.unlink(spec_path)
     sys.path[:] = spec.get("sys_path", []) + [p for p in sys.path if p not in spec.get("sys_path", [])]
     info = {"ready": True, "pid": os.getpid(), "torch": torch.__version__}
     if spec.get("gpu"):
@@ -92,16 +207,28 @@ def main() -> None:
                 os._exit(EARLY_EXIT)  # never unwind into the zygote's code
         pids[pid] = r
         say(rank=r, pid=pid)
-    store = torch.distributed.TCPStore("127.0.0.1", port, spec["world_size"], True, wait_for_workers=False,
-                                       master_listen_fd=listener.fileno(), use_libuv=True)
+    with _signals_to_main_thread():
+        store = torch.distributed.TCPStore("127.0.0.1", port, spec["world_size"], True, wait_for_workers=False,
+                                           master_listen_fd=listener.fileno(), use_libuv=True)
+    # wait for the ranks, waking for each exit (SIGCHLD) and every ORPHAN_CHECK_S to see whether the launcher is
+    # still there: if its death signal was lost, the run must not outlive it
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # after the fork: the ranks keep their own mask
     while pids:
-        try:
-            pid, status = os.wait()
-        except ChildProcessError:
-            break
-        r = pids.pop(pid, None)
-        if r is not None:
-            say(exit=r, code=os.waitstatus_to_exitcode(status))
+        while pids:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                pids.clear()
+                break
+            if pid == 0:
+                break
+            r = pids.pop(pid, None)
+            if r is not None:
+                say(exit=r, code=os.waitstatus_to_exitcode(status))
+        if pids:
+            signal.sigtimedwait({signal.SIGCHLD}, ORPHAN_CHECK_S)
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGTERM)  # as if the death signal had come: the handler cleans up
     del store
     say(done=True)
 

@@ -33,6 +33,7 @@ import uuid
 from typing import Callable
 
 from sandbox import events, policy
+from sandbox import warm as zygotes
 from sandbox.channel import Channel
 from sandbox.events import RankTrack, Tail
 from sandbox.result import Diagnosis, RankResult, RunResult
@@ -64,25 +65,44 @@ class Interrupted(KeyboardInterrupt):
         self.signal = signum
 
 
-def _func_target(fn: Callable) -> dict:
+def _importable(fn: Callable) -> bool:
+    """Can the ranks import `fn` by name? A function in a module, or in a script's __main__; not one typed into a
+    notebook cell or an interactive session, not a lambda, not a closure."""
     mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if mod is None or "<locals>" in qual or "<lambda>" in qual:
-        raise UsageError(f"launch needs a function the ranks can import (defined at module level), not {qual or fn!r}.")
-    target = {"kind": "func", "module": mod, "qualname": qual}
+        return False
     if mod == "__main__":
-        path = getattr(sys.modules["__main__"], "__file__", None)
-        if not path:
-            raise UsageError(f"{qual} is defined in an interactive session; the ranks can only run functions from a"
-                             " file: move it into a module (or a script) and import it.")
-        target["path"] = os.path.abspath(path)
+        return bool(getattr(sys.modules.get("__main__"), "__file__", None))
+    return True
+
+
+def _func_target(fn: Callable) -> dict:
+    if not callable(fn):
+        raise UsageError(f"launch needs a function to run on the ranks, not {fn!r}.")
+    qual = getattr(fn, "__qualname__", None) or repr(fn)
+    if not _importable(fn):
+        import cloudpickle  # the ranks get the function itself, by value, with what it refers to
+
+        try:
+            return {"kind": "func", "module": getattr(fn, "__module__", None), "qualname": qual,
+                    "fn_bytes": cloudpickle.dumps(fn)}
+        except Exception as e:  # noqa: BLE001  whatever cloudpickle raises, something the function holds is the cause
+            raise UsageError(f"{qual} cannot be sent to the ranks: {e}") from None
+    target = {"kind": "func", "module": fn.__module__, "qualname": qual}
+    if fn.__module__ == "__main__":
+        target["path"] = os.path.abspath(sys.modules["__main__"].__file__)
     return target
 
 
 def launch(fn: Callable, world_size: int = 4, args: tuple = (), kwargs: dict | None = None, **options) -> RunResult:
-    """Run `fn(*args, **kwargs)` on `world_size` ranks. See `Run` for the options."""
+    """Run `fn(*args, **kwargs)` on `world_size` ranks. `fn` may be importable (a module's function: the ranks
+    import it) or not (typed into a notebook cell, a lambda, a closure: it is sent by value with cloudpickle).
+    See `Run` for the options."""
+    import cloudpickle
+
     target = _func_target(fn)
     try:
-        target["payload"] = pickle.dumps((tuple(args), dict(kwargs or {})))
+        target["payload"] = cloudpickle.dumps((tuple(args), dict(kwargs or {})))
     except Exception as e:  # noqa: BLE001  whatever pickling raises, the user's arguments are the cause
         raise UsageError(f"the arguments for {target['qualname']} cannot be pickled: {e}") from None
     return Run(target, world_size, **options).run()
@@ -137,12 +157,16 @@ class Run:
     trace_dir: keep traces, logs and stacks there (default: a temp dir, removed after the run).
     on_output: callback(rank, line) for every line a rank prints, as it prints it.
     preload: modules the zygote imports before it forks, so every rank shares one import of them.
+    warm: fork the run from this process's warm zygote (torch imported once per process: later runs cost a fork);
+        None (default) means warm inside a Jupyter kernel, cold elsewhere (SANDBOX_WARM=1/0 overrides).
     """
 
     def __init__(self, target: dict, world_size: int, *, init: bool = False, backend: str | None = None,
                  gpu: bool = False, hang_after: float = 1.0, timeout: float = 120.0, pg_timeout: float = 60.0,
                  env: dict | None = None, debug: str | None = None, trace_dir: str | None = None,
-                 on_output: Callable[[int, str], None] | None = None, preload: list[str] | tuple = ()):
+                 on_output: Callable[[int, str], None] | None = None, preload: list[str] | tuple = (),
+                 warm: bool | None = None):
+        use_warm = warm
         _check_options(world_size, hang_after, timeout, pg_timeout, env)
         self.target, self.n = target, world_size
         self.settings = policy.Settings(hang_after=float(hang_after), timeout=float(timeout))
@@ -160,7 +184,8 @@ class Run:
         self.last: dict[int, bytes] = {r: b"" for r in range(world_size)}
         self.log_tails = {r: Tail(os.path.join(self.dir, f"rank-{r}.log")) for r in range(world_size)} \
             if on_output else {}
-        self.proc: subprocess.Popen | None = None
+        self.proc: zygotes.Handle | None = None
+        self.warm = zygotes.default() if use_warm is None else bool(use_warm)
         self.channel: Channel | None = None
         self.fatal: dict | None = None
         self.zygote_done = False
@@ -206,13 +231,16 @@ class Run:
         spec_path = os.path.join(self.dir, "spec.pkl")
         with open(spec_path, "wb") as f:  # a file, not a pipe: writing it can never block on the zygote
             pickle.dump(self.spec, f)
-        env["SANDBOX_SPEC"] = spec_path
-        with open(os.path.join(self.dir, "zygote.log"), "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "sandbox._zygote"], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=err, start_new_session=True, env=env,
-                                         close_fds=True)
-        self.channel = Channel(self.proc.stdout.fileno())
-        log.info("zygote started (pid %d) for %d ranks, run directory %s", self.proc.pid, self.n, self.dir)
+        log_path = os.path.join(self.dir, "zygote.log")
+        if self.warm:
+            self.proc = zygotes.fork_run(env, spec_path, log_path, interrupted=lambda: bool(self.held))
+            log.info("run forked by the warm zygote (pid %d) for %d ranks, run directory %s", self.proc.pid, self.n,
+                     self.dir)
+        else:
+            env["SANDBOX_SPEC"] = spec_path
+            self.proc = zygotes.cold(env, log_path)
+            log.info("zygote started (pid %d) for %d ranks, run directory %s", self.proc.pid, self.n, self.dir)
+        self.channel = Channel(self.proc.fd)
 
     # ------------------------------------------------------------------------------------------- reading
     def _messages(self, wait: float) -> None:
@@ -411,8 +439,10 @@ class Run:
                 try:
                     self._start()
                     self._watch()
-                except KeyboardInterrupt:  # from a handler other than ours: launch() outside the main thread
-                    self.held.append(signal.SIGINT)
+                except KeyboardInterrupt:  # from a handler other than ours (launch() outside the main thread), or a
+                    # warm zygote that was interrupted while it started
+                    if not self.held:
+                        self.held.append(signal.SIGINT)
                     if self.proc is not None and self.stopped_for is None:
                         self._stop(INTERRUPTED)
                 if self.held and self.stopped_for != INTERRUPTED:
@@ -445,7 +475,7 @@ class Run:
                     self.proc.wait(timeout=2)
                 except subprocess.TimeoutExpired:  # see _reap: nothing more can be done to a SIGKILLed process
                     pass
-            self.proc.stdout.close()
+            self.proc.close()
         for tail in list(self.tails.values()) + list(self.log_tails.values()):
             tail.close()
         if self.owns_dir:

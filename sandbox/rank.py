@@ -52,7 +52,9 @@ def prepare(spec: dict) -> None:
     if target["kind"] == "func":
         if target.get("path"):
             sys.path.insert(0, os.path.dirname(target["path"]))
-        _prepared["fn"] = _resolve(target)
+        # a function typed into a notebook cell (or a lambda, or a closure) comes by value (cloudpickle's bytes,
+        # which plain pickle reads); an importable one by name
+        _prepared["fn"] = pickle.loads(target["fn_bytes"]) if "fn_bytes" in target else _resolve(target)
         _prepared["args"], _prepared["kwargs"] = pickle.loads(target["payload"])
 
 
@@ -144,8 +146,10 @@ def _run(spec: dict, rank: int) -> int:
         return 1
     if target["kind"] == "func":
         try:
+            import cloudpickle  # a value may be an instance of a class typed into a notebook cell
+
             with open(os.path.join(spec["run_dir"], f"result-{rank}.pkl"), "wb") as f:
-                pickle.dump(result, f)
+                cloudpickle.dump(result, f)
         except Exception as e:  # noqa: BLE001  the rank's work is done: an unpicklable value is reported, not a failure
             print(f"sandbox: the return value of rank {rank} could not be pickled: {e}", file=sys.stderr)
     trace.finish("ok", exit_code=0)

@@ -82,9 +82,8 @@ def spans(events: list[dict], ranks: list[int]) -> tuple[dict[int, list], list[d
 def timeline(res: RunResult, path: str) -> str:
     """Save a picture of every rank's distributed calls over time; calls that never returned are marked."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: drawing a file must not switch a notebook's backend
+    from matplotlib.patches import Rectangle
 
     events = res.events
     if not events:
@@ -93,8 +92,9 @@ def timeline(res: RunResult, path: str) -> str:
     t_end = max(max(e["t"] for e in events), res.ended_at or 0) + 0.01
     bars, stuck = spans(events, [r.rank for r in res.ranks])
     fig_h = 1.2 + 0.55 * len(bars)
-    fig, ax = plt.subplots(figsize=(11, fig_h))
-    palette = plt.get_cmap("tab20")
+    fig = Figure(figsize=(11, fig_h))
+    ax = fig.subplots()
+    palette = matplotlib.colormaps["tab20"]
     ops = sorted({s["op"] for lst in bars.values() for s, _, _ in lst} | {s["op"] for s in stuck})
     colour = {op: palette(i % 20) for i, op in enumerate(ops)}
     for rank, lst in bars.items():
@@ -112,7 +112,7 @@ def timeline(res: RunResult, path: str) -> str:
     for r in res.ranks:
         ax.text(t_end - t0, r.rank, f"  {r.outcome}", va="center", fontsize=9,
                 color={"ok": "green", "hung": "darkorange"}.get(r.outcome, "red"))
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colour[o]) for o in ops]
+    handles = [Rectangle((0, 0), 1, 1, color=colour[o]) for o in ops]
     ax.legend(handles, ops, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_yticks(list(bars))
     ax.set_yticklabels([f"rank {r}" for r in bars])
@@ -122,5 +122,4 @@ def timeline(res: RunResult, path: str) -> str:
     ax.set_title(headline(res) + "  (hatched: calls that never returned)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

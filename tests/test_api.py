@@ -57,8 +57,12 @@ def test_events_carry_the_call_details(clean):
 
 
 def test_bad_targets_are_usage_errors():
-    with pytest.raises(UsageError, match="module level"):
-        launch(lambda: None, world_size=2)
+    with pytest.raises(UsageError, match="needs a function"):
+        launch(42, world_size=2)
+    import threading
+    lock = threading.Lock()
+    with pytest.raises(UsageError, match="cannot be sent to the ranks"):
+        launch(lambda: lock, world_size=2)  # a closure over something that cannot leave this process
     with pytest.raises(UsageError, match="at least 1"):
         launch(scenarios.ok_sum, world_size=0)
     with pytest.raises(UsageError, match="positive"):

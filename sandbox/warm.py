@@ -1,0 +1,177 @@
+"""The zygote of a run, from the launcher's side: a cold one (a new process that imports torch, for one run) or a
+run forked by the warm zygote of this process (torch already imported: a run costs a fork).
+
+A warm zygote is started on the first warm run of a process (a Jupyter kernel uses one by default), and serves
+every later run of it; `shutdown()` ends it, and so does the end of the process (atexit, and PR_SET_PDEATHSIG if
+the process is killed). Its protocol is in `sandbox._zygote.serve`.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+log = logging.getLogger("sandbox.warm")
+
+START_WAIT_S = 120.0  # the first warm run waits for the warm zygote to import torch (seconds, bounded)
+
+
+class Handle:
+    """A run's zygote: its pid (the leader of the run's process group) and the fd of its pipe to us."""
+
+    def __init__(self, pid: int, fd: int, closer, poller):
+        self.pid, self.fd = pid, fd
+        self._close, self._poll = closer, poller
+
+    def poll(self) -> int | None:
+        """None while the zygote runs, else its exit status (0 when not ours to know)."""
+        return self._poll()
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("zygote", timeout)
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self._close()
+
+
+def cold(env: dict, log_path: str) -> Handle:
+    """A new zygote process for one run (it imports torch itself)."""
+    with open(log_path, "wb") as err:
+        p = subprocess.Popen([sys.executable, "-m", "sandbox._zygote"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=err, start_new_session=True, env=env, close_fds=True)
+    return Handle(p.pid, p.stdout.fileno(), p.stdout.close, p.poll)
+
+
+class _Warm:
+    """The warm zygote of this process, and the socket its runs are asked for on."""
+
+    def __init__(self, env: dict):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one request, one message
+        env = dict(env, SANDBOX_CONTROL_FD=str(theirs.fileno()), SANDBOX_PARENT_PID=str(os.getpid()))
+        self.proc = subprocess.Popen([sys.executable, "-m", "sandbox._zygote", "--warm"], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                     env=env, pass_fds=(theirs.fileno(),))
+        theirs.close()
+        self.sock, self.buf = ours, b""
+        log.info("warm zygote started (pid %d)", self.proc.pid)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def fork_run(self, spec_path: str, environ: dict, log_path: str, interrupted) -> Handle:
+        """Ask for one run; returns once the warm zygote forked it (the first time, once it has imported torch).
+        `interrupted()` is polled meanwhile: if it turns true the warm zygote is ended (and KeyboardInterrupt
+        raised), since whatever it was about to fork must not start."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        req = {"spec": spec_path, "cwd": os.getcwd(), "environ": environ, "log": log_path}
+        try:
+            socket.send_fds(self.sock, [json.dumps(req).encode()], [theirs.fileno()])
+        finally:
+            theirs.close()
+        deadline = time.monotonic() + START_WAIT_S
+        self.sock.settimeout(0.05)
+        try:
+            while b"\n" not in self.buf:
+                if interrupted():
+                    ours.close()
+                    raise KeyboardInterrupt
+                if time.monotonic() > deadline or not self.alive():
+                    ours.close()
+                    raise RuntimeError("the warm zygote did not answer")
+                try:
+                    chunk = self.sock.recv(4096)
+                except socket.timeout:
+                    continue
+                if not chunk:
+                    ours.close()
+                    raise RuntimeError("the warm zygote closed its socket")
+                self.buf += chunk
+        finally:
+            self.sock.settimeout(None)
+        line, self.buf = self.buf.split(b"\n", 1)
+        pid = json.loads(line)["pid"]
+
+        def poll():
+            try:
+                os.kill(pid, 0)  # the warm zygote's runs are reaped by the kernel: gone means ended
+            except ProcessLookupError:
+                return 0
+            return None
+
+        return Handle(pid, ours.fileno(), ours.close, poll)
+
+    def close(self) -> None:
+        """End the warm zygote and every run it started (closing its socket tells it; SIGKILL makes sure)."""
+        try:
+            self.sock.close()
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:  # it did not notice in time: end its whole group
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # already gone
+            pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:  # SIGKILL cannot be refused; nothing more to do
+            pass
+        log.info("warm zygote %d ended", self.proc.pid)
+
+
+_lock = threading.Lock()
+_warm: _Warm | None = None
+
+
+def fork_run(env: dict, spec_path: str, log_path: str, interrupted) -> Handle:
+    """A run forked by this process's warm zygote (started now if there is none, or if it died)."""
+    global _warm
+    with _lock:
+        if _warm is not None and not _warm.alive():
+            _warm.close()
+            _warm = None
+        if _warm is None:
+            _warm = _Warm(env)
+        try:
+            return _warm.fork_run(spec_path, env, log_path, interrupted)
+        except BaseException:
+            _warm.close()  # interrupted while it was starting, or broken: nothing of it may stay
+            _warm = None
+            raise
+
+
+def running() -> int | None:
+    """The warm zygote's pid, or None."""
+    return _warm.proc.pid if _warm is not None and _warm.alive() else None
+
+
+def shutdown() -> None:
+    """End this process's warm zygote, if there is one (the next warm run starts a new one)."""
+    global _warm
+    with _lock:
+        if _warm is not None:
+            _warm.close()
+            _warm = None
+
+
+def default() -> bool:
+    """Warm by default inside a Jupyter kernel (many runs, one process), cold elsewhere; SANDBOX_WARM=1/0 decides."""
+    env = os.environ.get("SANDBOX_WARM")
+    if env is not None:
+        return env not in ("0", "", "no", "false")
+    ipython = sys.modules.get("IPython")  # imported by a kernel; importing jupyter_client alone does not make one
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return getattr(shell, "kernel", None) is not None
+
+
+atexit.register(shutdown)

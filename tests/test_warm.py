@@ -1,0 +1,65 @@
+"""A warm zygote per process (a Jupyter kernel uses one by default): later runs fork from it instead of importing
+torch, each run is still isolated, functions typed into a cell travel by value, and nothing outlives the kernel."""
+import os
+import time
+
+import psutil
+
+import scenarios
+from conftest import ROOT, leftovers
+from sandbox import launch, warm
+
+
+def _counter():
+    # a module-level value changed by one run must not be seen by the next: every run is a fresh fork
+    scenarios.RUNS = getattr(scenarios, "RUNS", 0) + 1
+    return scenarios.RUNS
+
+
+def test_warm_runs_are_isolated_and_take_functions_by_value(clean):
+    try:
+        first = launch(_counter, world_size=2, warm=True)
+        pid = warm.running()
+        assert pid is not None
+        second = launch(_counter, world_size=2, warm=True)
+        assert first.values == second.values == [1, 1]
+        assert warm.running() == pid  # the same warm zygote served both
+        assert first.pgid != second.pgid and first.pgid != pid  # each run its own zygote and process group
+        scale = 3
+        res = launch(lambda: int(os.environ["RANK"]) * scale, world_size=3, warm=True)  # a closure, by value
+        assert res.values == [0, 3, 6]
+        hang = launch(scenarios.send_cycle, world_size=2, warm=True)
+        assert (hang.verdict, hang.diagnosis.kind) == ("hang", "p2p_cycle")
+        assert [r.exit_code for r in hang.ranks] == [-9, -9]
+    finally:
+        warm.shutdown()
+    assert warm.running() is None
+
+
+def test_warm_zygote_dies_with_the_kernel(clean):
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3",
+                              env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.path.dirname(__file__)))
+    try:
+        code = ("import time, scenarios\nfrom sandbox import launch, warm\n"
+                "def typed_here():\n    import os\n    return int(os.environ['RANK']) + 100\n"
+                "times = []\n"
+                "for _ in range(3):\n"
+                "    t = time.monotonic(); res = launch(typed_here, world_size=4); times.append(time.monotonic() - t)\n"
+                "print(res.verdict, res.values, warm.running(), ' '.join(f'{x:.2f}' for x in times))")
+        out = []
+        reply = kc.execute_interactive(code, timeout=120, output_hook=lambda m: out.append(m))
+        assert reply["content"]["status"] == "ok", reply["content"]
+        text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream").split()
+        assert text[:5] == ["ok", "[100,", "101,", "102,", "103]"], text
+        pid = int(text[5])
+        assert psutil.pid_exists(pid)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        leftovers(grace=0)  # reaps what was re-parented to this test process
+        time.sleep(0.05)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
