@@ -9,3 +9,16 @@ from sandbox.result import RankResult, RunResult
 
 __all__ = ["launch", "run_script", "RunResult", "RankResult", "UsageError", "Interrupted"]
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ip) -> None:
+    """`%load_ext sandbox`: the `%%sandbox` cell magic (see sandbox.magic)."""
+    from sandbox import magic
+
+    magic.load(ip)
+
+
+def unload_ipython_extension(ip) -> None:
+    from sandbox import magic
+
+    magic.unload(ip)

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox import words
+from sandbox import htmlview, words
 from sandbox.events import RankTrack
 
 VERDICTS = ("ok", "error", "hang", "crash", "timeout", "interrupted")
@@ -152,7 +152,7 @@ class RunResult:
     def text(self, logs: bool = False) -> str:
         """The report as plain text: the headline, a table of ranks, the diagnosis (and every rank's output)."""
         lines = [self.headline(), ""]
-        w = max([len(r.pending_words()) for r in self.ranks] + [7])
+        w = max([len(r.pending_words()) for r in self.ranks] + [len("pending call")])
         lines.append(f"{'rank':>4}  {'outcome':8}  {'pending call':{w}}  site")
         for r in self.ranks:
             lines.append(f"{r.rank:>4}  {r.outcome:8}  {r.pending_words():{w}}  {r.site()}")
@@ -167,3 +167,6 @@ class RunResult:
 
     def _repr_pretty_(self, p, cycle) -> None:  # IPython / Jupyter
         p.text(str(self))
+
+    def _repr_html_(self) -> str:  # Jupyter, and the docs site's rendered notebooks
+        return htmlview.run_result(self)

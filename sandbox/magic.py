@@ -1,0 +1,151 @@
+"""The `%%sandbox` cell magic: the code typed into a cell runs as a script on N ranks, and the result shows below.
+
+    %load_ext sandbox
+
+    %%sandbox -n 4 --timeline
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 0:
+        dist.barrier()               # the others never get here: a hang, named in about a second
+
+Options as `python -m sandbox.run`'s: -n N, --hang-after S, --timeout S, --gpu, --debug DETAIL, --trace-dir DIR,
+-v; `--timeline` shows the picture of every rank's calls under the report. The cell is a script with torchrun's
+environment: it calls init_process_group itself. Call sites and tracebacks name it `<cell>`, with the cell's own
+line numbers (the %%sandbox line is line 1). The RunResult is left in `_sandbox` for the next cell. A bad option
+is one sentence; Ctrl-C (interrupting the kernel) ends the run and shows where every rank was.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import sys
+import tempfile
+
+from sandbox import cli
+
+CELL = "<cell>"
+RESULT_NAME = "_sandbox"
+
+
+class _BadArguments(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting: a magic must never end the kernel, nor print a traceback."""
+
+    def error(self, message):
+        raise _BadArguments(message)
+
+    def exit(self, status=0, message=None):
+        if message:
+            print(message, file=sys.stderr, end="")
+        raise _BadArguments(None)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="%%sandbox", description="Run this cell's code as a script on N ranks and diagnose hangs.")
+    p.add_argument("-n", "--nproc", dest="n", type=cli.positive_int, default=2, metavar="N",
+                   help="number of ranks (default 2)")
+    p.add_argument("--timeline", action="store_true", help="show a picture of every rank's calls over time")
+    p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL); needs as many GPUs as ranks")
+    p.add_argument("--hang-after", type=cli.positive_seconds, default=1.0, metavar="S",
+                   help="call it a hang when every live rank has been stuck this long (default 1)")
+    p.add_argument("--timeout", type=cli.positive_seconds, default=300.0, metavar="S",
+                   help="stop the run after this many seconds (default 300)")
+    p.add_argument("--trace-dir", metavar="DIR", help="keep each rank's trace, log and stack in DIR")
+    cli.add_common(p)
+    return p
+
+
+def sandbox(line: str, cell: str):
+    """%%sandbox [-n N] [--timeline] [--gpu] [--hang-after S] [--timeout S] [--debug DETAIL] [--trace-dir DIR] [-v]
+
+    Run the cell's code as a script on N ranks (torchrun's environment: it calls init_process_group itself), show
+    the verdict, the diagnosis, every rank's state and output (and with --timeline the picture), and leave the
+    RunResult in `_sandbox`.
+    """
+    from IPython import get_ipython
+
+    run_cell(line, cell, get_ipython())
+
+
+sandbox.__doc__ += "\n" + parser().format_help()
+
+
+def run_cell(line: str, cell: str, ip=None):
+    """The magic's work; returns the RunResult (None after a bad option)."""
+    try:
+        a = parser().parse_args(shlex.split(line))
+    except _BadArguments as e:
+        if e.args[0]:
+            print(f"%%sandbox: {e.args[0]}; %%sandbox? lists the options.", file=sys.stderr)
+        return None
+    except ValueError as e:  # shlex: an unclosed quote
+        print(f"%%sandbox: cannot read the options ({e}).", file=sys.stderr)
+        return None
+    if not cell.strip():
+        print("%%sandbox: the cell is empty: type the code every rank runs under the %%sandbox line.", file=sys.stderr)
+        return None
+    cli.setup_logging(a.verbose)
+
+    from sandbox.lab import show_result
+    from sandbox.launch import Interrupted, UsageError, run_script
+
+    with tempfile.TemporaryDirectory(prefix="sandbox-cell-") as d:
+        path = os.path.join(d, "cell.py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n" + cell)  # one blank line for the %%sandbox line: the file's line numbers are the cell's
+        try:
+            res = run_script(path, world_size=a.n, hang_after=a.hang_after, timeout=a.timeout, gpu=a.gpu,
+                             debug=a.debug if a.debug and a.debug != "OFF" else None, trace_dir=a.trace_dir)
+        except UsageError as e:
+            print(f"%%sandbox: {e}", file=sys.stderr)
+            return None
+        except Interrupted as e:  # Ctrl-C: the run is over and cleaned up; show where it was, no traceback
+            res = e.result
+        res = relabel(res, path, CELL)
+    if ip is not None:
+        ip.user_ns[RESULT_NAME] = res
+    show_result(res, timeline=a.timeline)
+    return res
+
+
+def relabel(res, path: str, label: str):
+    """The result with every mention of the cell's temporary file (call sites, tracebacks, the diagnosis, output)
+    replaced by `label`: the file is gone once the run is over."""
+    names = [path]
+    rel = os.path.relpath(path)
+    if not rel.startswith(".."):  # the sandbox shows paths below the working directory relative to it
+        names.append(rel)
+
+    def fix(x):
+        if isinstance(x, str):
+            for name in names:
+                x = x.replace(name, label)
+            return x
+        if isinstance(x, dict):
+            return {k: fix(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [fix(v) for v in x]
+        if isinstance(x, tuple):
+            return tuple(fix(v) for v in x)
+        return x
+
+    def fields(obj):
+        return {f.name: fix(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.name not in ("value_bytes", "ranks", "diagnosis")}
+
+    return dataclasses.replace(
+        res, **fields(res), diagnosis=dataclasses.replace(res.diagnosis, **fields(res.diagnosis)),
+        ranks=[dataclasses.replace(r, **fields(r)) for r in res.ranks])
+
+
+def load(ip) -> None:
+    ip.register_magic_function(sandbox, magic_kind="cell", magic_name="sandbox")
+
+
+def unload(ip) -> None:
+    ip.magics_manager.magics["cell"].pop("sandbox", None)
