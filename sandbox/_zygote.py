@@ -150,6 +150,10 @@ def _become_run(req: dict, channel_fd: int, parent: int) -> None:
     PROTO_FD = channel_fd
     os.environ.clear()
     os.environ.update(req["environ"])
+    import torch.distributed as dist  # already imported by the warm zygote: only what it read at import is stale
+
+    if hasattr(dist, "set_debug_level_from_env"):
+        dist.set_debug_level_from_env()  # TORCH_DISTRIBUTED_DEBUG of this run, not of the warm zygote's start
     os.chdir(req["cwd"])
     signal.signal(signal.SIGTERM, _ending(os.environ.get("SANDBOX_RUN_DIR"),
                                           os.environ.get("SANDBOX_OWNS_DIR") == "1"))

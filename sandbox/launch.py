@@ -71,8 +71,8 @@ def _importable(fn: Callable) -> bool:
     mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if mod is None or "<locals>" in qual or "<lambda>" in qual:
         return False
-    if mod == "__main__":
-        return bool(getattr(sys.modules.get("__main__"), "__file__", None))
+    if mod == "__main__":  # a script's: the ranks load it from its file (not `python -` or `python -c`)
+        return os.path.isfile(getattr(sys.modules.get("__main__"), "__file__", None) or "")
     return True
 
 
