@@ -1,0 +1,153 @@
+"""Every lab runs top to bottom in a real Jupyter kernel (the venv's own), as a learner would run it, and shows what
+it teaches: the broken run's documented diagnosis, the pre-filled (still broken) fix failing its check without an
+error, the reference fix passing. Also: the labs are committed without outputs, every catalogue bug has its lab,
+and nothing of ours outlives the kernel.
+
+Each lab's time is printed (`pytest -s tests/test_labs.py`); the only time limit is the executor's own per-cell
+timeout (LAB_CELL_TIMEOUT_S): a lab is meant to take 60 s or less on a 2-core machine, in all.
+"""
+import glob
+import html
+import os
+import re
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from sandbox.bugs import registry
+
+LABS_DIR = os.path.join(ROOT, "labs")
+LABS = sorted(glob.glob(os.path.join(LABS_DIR, "*.ipynb")))
+LAB_CELL_TIMEOUT_S = 60
+KERNEL = "sandbox-test"
+
+
+def _name(path):
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def _slug(nb):
+    """The catalogue bug a lab is about: the slug of its `lab.Lab("...")` call, if it has one."""
+    for cell in nb.cells:
+        m = re.search(r'lab\.Lab\("([^"]+)"\)', cell.source) if cell.cell_type == "code" else None
+        if m:
+            return m.group(1)
+    return None
+
+
+def _text(cell) -> str:
+    """Everything a cell showed, as text: its streams, its plain-text and (tags stripped) HTML outputs."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif out.output_type in ("display_data", "execute_result"):
+            data = out.get("data", {})
+            parts.append(data.get("text/plain", ""))
+            parts.append(html.unescape(re.sub(r"<[^>]+>", " ", data.get("text/html", ""))))
+        elif out.output_type == "error":
+            parts.append(f"{out.ename}: {out.evalue}")
+    return "\n".join(parts)
+
+
+def _tagged(nb, tag):
+    cells = [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, f"expected one cell tagged {tag!r}, found {len(cells)}"
+    return _text(cells[0])
+
+
+@pytest.fixture(scope="session")
+def kernel(tmp_path_factory):
+    """A kernelspec for this interpreter (the venv's ipykernel), installed in a temp prefix on JUPYTER_PATH: the
+    `python3` spec in the venv says just `python`, which is whatever python is first on PATH."""
+    prefix = tmp_path_factory.mktemp("kernelspec")
+    subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(prefix), "--name", KERNEL,
+                    "--display-name", "sandbox tests"], check=True, capture_output=True, timeout=120)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(prefix / "share" / "jupyter"),
+                                                                os.environ.get("JUPYTER_PATH")])))
+        from jupyter_client.kernelspec import KernelSpecManager
+        assert KernelSpecManager().get_kernel_spec(KERNEL).argv[0] == sys.executable
+        yield KERNEL
+
+
+def _execute(path, kernel_name):
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    t0 = time.monotonic()
+    NotebookClient(nb, timeout=LAB_CELL_TIMEOUT_S, kernel_name=kernel_name, allow_errors=False,
+                   resources={"metadata": {"path": LABS_DIR}}).execute()
+    return nb, time.monotonic() - t0
+
+
+# What each lab must show, beyond the bug labs' common facts (checked from the catalogue's own expectations).
+EXTRA = {
+    "02_xpu_device_id": {"broken-fields": r"No backend type associated with device type xpu"},
+    "05_isend_unwaited": {"broken-fields": r"Connection (closed|reset) by peer"},
+    "07_aux_data": {"broken": r"Unexpected: Transferring status but sent_tokens=0 >= actual_total_length=0"},
+    "09_cross_device": {"broken-fields": r"Expected all tensors to be on the same device"},
+    "10_toolbox": {
+        "a-sandbox-time": r"hang \[collective_mismatch\] run [\d.]+ s; named [\d.]+ s after the last rank blocked",
+        "a-detail": r"Detected mismatch between collectives on ranks",
+        "a-detail-said": r"DETAIL raised on ranks \[0, 1, 2, 3\]; the run: error",
+        "b-sandbox-time": r"hang \[missing_ranks\]",
+        "b-detail-said": r"DETAIL raised on ranks \[\]; the run: hang \[missing_ranks\]",
+        "b-monitored": r"Ranks? 2 failed to pass monitoredBarrier in 2000 ms",
+        "b-flight": r"flight recorder at [\d.]+ s|no flight recorder for gloo in this torch",
+        "b-stacks": r"rank 2 \(hung\), innermost first:\s+File .* in recv(\s+File .*)*\s+File \"<cell>\"",
+    },
+}
+
+
+@pytest.mark.parametrize("path", LABS, ids=[_name(p) for p in LABS])
+def test_lab_runs_and_shows_what_it_teaches(path, kernel, clean):
+    nb, seconds = _execute(path, kernel)
+    print(f"\n{_name(path)}: {seconds:.1f} s")
+    slug = _slug(nb)
+    if slug is not None:  # a bug lab
+        bug = registry()[slug]
+        fields = _tagged(nb, "broken-fields")
+        verdict, kind = fields.split()[:2]
+        want = (bug.broken.verdict,) if isinstance(bug.broken.verdict, str) else bug.broken.verdict
+        assert verdict in want, fields
+        if bug.broken.kind:
+            assert kind == bug.broken.kind, fields
+        if isinstance(bug.broken.culprits, list):
+            assert str(bug.broken.culprits) in fields.splitlines()[0], fields
+        check = _tagged(nb, "check")  # the pre-filled function is still the broken code, and fails for its reason
+        assert "your fix passes: False" in check, check
+        assert re.search(r"Hangs|Error|Crash|Wrong answer", check), check
+        if bug.broken.kind:
+            assert f"[{bug.broken.kind}]" in check, check
+        if bug.broken.error:
+            assert re.search(bug.broken.error, check), check
+        assert _tagged(nb, "fixed").strip().splitlines()[-1] == "ok"
+    for tag, pattern in EXTRA.get(_name(path), {}).items():
+        text = _tagged(nb, tag)
+        assert re.search(pattern, text), f"{tag}: /{pattern}/ not in:\n{text[-2000:]}"
+
+
+def test_every_bug_has_its_lab():
+    slugs = [_slug(nbformat.read(p, as_version=4)) for p in LABS]
+    assert sorted(s for s in slugs if s) == sorted(registry()), slugs
+    names = [_name(p) for p in LABS]
+    assert [n[:2] for n in names] == [f"{i:02d}" for i in range(len(names))], names  # numbered 00, 01, ...
+    for name, slug in zip(names, slugs):
+        if slug:
+            assert name[3:] == slug.replace("-", "_"), (name, slug)
+
+
+@pytest.mark.parametrize("path", LABS, ids=[_name(p) for p in LABS])
+def test_lab_is_committed_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, cell.source[:80]
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert first.source.strip() == "%load_ext sandbox", first.source
