@@ -7,9 +7,11 @@ import os
 import sysconfig
 
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-# the files that stand between a user's code and torch.distributed; `sandbox/bugs/` and user code are not plumbing
-PLUMBING_FILES = frozenset(os.path.join(_HERE, f) for f in ("trace.py", "rank.py", "_zygote.py", "launch.py"))
-_PLUMBING_SUFFIXES = tuple(os.sep + os.path.join("sandbox", f) for f in ("trace.py", "rank.py", "_zygote.py", "launch.py"))
+# the files that stand between a user's code and torch.distributed (the primitives too: a hang inside
+# reduce_tensor is reported at the user's call of it); `sandbox/bugs/` and user code are not plumbing
+_FILES = ("trace.py", "rank.py", "_zygote.py", "launch.py", "primitives.py")
+PLUMBING_FILES = frozenset(os.path.join(_HERE, f) for f in _FILES)
+_PLUMBING_SUFFIXES = tuple(os.sep + os.path.join("sandbox", f) for f in _FILES)
 
 
 def _torch_dir() -> str | None:
