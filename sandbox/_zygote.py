@@ -29,6 +29,7 @@ from sandbox._proc import EARLY_EXIT, die_with_parent, report_failure
 PROTO_FD = 1  # the pipe (or socket) to the parent; moved off fd 1 so stray prints cannot corrupt it
 ORPHAN_CHECK_S = 0.25  # how often a zygote waiting for its ranks checks that its launcher is still alive
 WARM_CHILDREN: set[int] = set()  # a warm zygote's live runs (each one the leader of its own process group)
+RANKS: dict[int, int] = {}  # a run's zygote: pid -> rank of the ranks it forked and has not reaped
 
 
 def say(**msg) -> None:
@@ -49,6 +50,12 @@ def _signals_to_main_thread():
 
 def _ending(run_dir: str | None, owns_dir: bool):
     def orphaned(signum, frame):  # the parent is gone: clean up after it, then end the whole process group
+        for pid in list(RANKS):  # first the ranks, so none creates a file in the run directory while it is removed
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)  # SIGKILL cannot be refused: this returns at once
+            except (ProcessLookupError, ChildProcessError):  # that rank had already ended and been reaped
+                pass
         if run_dir and owns_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
         os.killpg(0, signal.SIGKILL)
@@ -194,7 +201,7 @@ def run(spec_path: str, parent: int) -> None:
     port = listener.getsockname()[1]
     sys.stdout.flush()
     sys.stderr.flush()
-    pids = {}
+    pids = RANKS
     me = os.getpid()
     for r in range(spec["world_size"]):
         pid = os.fork()
