@@ -14,7 +14,8 @@ def _init():
     return dist.get_rank(), dist.get_world_size()
 
 
-def right():
+def _padded_gather():
+    """Every rank's items, padded to the longest, and every rank's real length."""
     rank, world = _init()
     mine = items(rank)
     sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
@@ -25,6 +26,11 @@ def right():
     out = [torch.empty(longest) for _ in range(world)]
     dist.all_gather(out, padded)
     dist.destroy_process_group()
+    return out, sizes
+
+
+def right():
+    out, sizes = _padded_gather()
     return [t[:int(n)].tolist() for t, n in zip(out, sizes)]
 
 
@@ -40,16 +46,7 @@ def hangs():
 
 def wrong_value():
     """Padded to the longest, then never cut back to each rank's real length."""
-    rank, world = _init()
-    mine = items(rank)
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([len(mine)]))
-    longest = max(int(s) for s in sizes)
-    padded = torch.zeros(longest)
-    padded[:len(mine)] = mine
-    out = [torch.empty(longest) for _ in range(world)]
-    dist.all_gather(out, padded)
-    dist.destroy_process_group()
+    out, _ = _padded_gather()
     return [t.tolist() for t in out]  # WRONG: the padding stays
 
 
