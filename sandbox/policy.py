@@ -103,12 +103,10 @@ def judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, timeo
     vals = set(outcomes.values())
     if stopped_for == "interrupted":
         return Judgement("interrupted", diagnose_interrupted(tracks), outcomes)
-    if stopped_for is None and "hung" in vals and "error" not in vals:
-        # offline: ranks left inside calls when the job was ended. If they could not have moved, it was a hang,
-        # even where another rank died in its own code (it is then the missing peer).
-        judged = {r: t for r, t in tracks.items() if outcomes[r] in ("hung", "ok")}
-        if "crashed" not in vals or not progress_possible(judged):
-            return Judgement(HANG, diagnose_hang(tracks), outcomes)
+    if stopped_for is None and "hung" in vals and not vals & {"error", "crashed"}:
+        # offline: ranks left inside calls when the job was ended, and none failed on its own: a hang. (A rank
+        # that died outside any call is the cause, as it is live: a crash, with the waiting ranks as its peers.)
+        return Judgement(HANG, diagnose_hang(tracks), outcomes)
     if "crashed" in vals:
         return Judgement("crash", diagnose_failure(tracks, outcomes), outcomes)
     if "error" in vals:

@@ -368,3 +368,22 @@ def test_offline_a_peer_lost_error_in_the_stuck_call_is_the_teardown_of_a_hang()
     assert (j.verdict, j.diagnosis.kind, j.diagnosis.culprit_ranks) == ("hang", "p2p_cycle", [0, 1])
     t1.end["error"]["message"] = "ValueError: bad batch"  # a real error of its own is still an error
     assert policy.judge({0: t0, 1: t1}).verdict == "error"
+
+
+def test_offline_a_rank_gone_outside_any_call_is_a_crash_whether_or_not_its_peers_got_an_error():
+    # rank 0 called os._exit(3) in its own code; ranks 1 and 2 wait in a barrier for it. Live, the sandbox says
+    # crash; from the files alone it must too, whether the waiting ranks saw "connection closed" or were killed
+    # before they could (which one happens is a race)
+    barrier = {"op": "barrier", "gname": "0", "group": [0, 1, 2], "seq": 1, "sig": "barrier|None|None|None"}
+    def tracks():
+        return {0: _track(0), 1: _track(1, dict(barrier)), 2: _track(2, dict(barrier))}
+    j = policy.judge(tracks())
+    assert (j.verdict, j.diagnosis.kind, j.diagnosis.culprit_ranks) == ("crash", "rank_crashed", [0])
+    t = tracks()
+    for r in (1, 2):
+        t[r].feed({"ev": "exit", "rank": r, "id": 1, "op": "barrier", "t": 3.0,
+                   "error": "RuntimeError: Connection closed by peer"})
+        t[r].feed({"ev": "end", "rank": r, "outcome": "error", "t": 3.1,
+                   "error": {"type": "RuntimeError", "message": "Connection closed by peer [127.0.0.1]:5"}})
+    j = policy.judge(t)
+    assert (j.verdict, j.diagnosis.kind, j.diagnosis.culprit_ranks) == ("crash", "rank_crashed", [0])
