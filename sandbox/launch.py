@@ -192,6 +192,7 @@ class Run:
         self.stopped_for: str | None = None
         self.detect_s: float | None = None
         self.ended_at: float | None = None
+        self.stack_from: dict[int, int] = {}  # where each rank's last stack dump starts (earlier ones were stale)
         self.held: list[int] = []    # SIGINT/SIGTERM that arrived during the run: the watchdog stops it
 
     # ------------------------------------------------------------------------------------------- signals
@@ -320,39 +321,33 @@ class Run:
             self._parse()
             d = policy.decide(self.tracks, time.time(), elapsed=now - start, quiet_s=now - last_change,
                               failed_since=None if fail_t is None else now - fail_t, settings=self.settings)
+            if d is not None and d.provable:
+                log.info("%s: confirming while the stacks are taken", d.reason)
+                blocked = {t.rank: t.pending["id"] for t in self._live() if t.pending is not None}
+                self._ask_stacks([t for t in self._live() if t.pid], STACK_WAIT_S)
+                if not self._confirmed(blocked):
+                    log.info("%s, but a call returned while the stacks were taken: watching on", d.reason)
+                    self.stack_from = {r: os.path.getsize(p) for r in self.tracks
+                                       if os.path.exists(p := os.path.join(self.dir, f"stack-{r}.txt"))}
+                    last_change = time.monotonic()
+                    continue
             if d is not None:
                 log.info("stopping the run: %s", d.reason)
                 self.detect_s = d.blocked_s if d.stop == policy.HANG else None
-                self._stop(d.stop)
+                self._stop(d.stop, stacks_taken=d.provable)
                 return
 
     # ------------------------------------------------------------------------------------------- stop and reap
-    def _stop(self, why: str) -> None:
-        """Fetch every live rank's Python stack, then end the whole run."""
+    def _stop(self, why: str, stacks_taken: bool = False) -> None:
+        """Fetch every live rank's Python stack (unless just done), then end the whole run."""
         self.stopped_for = why
         self.ended_at = time.time()
         self._pump(0)
         for t in self._live():  # ended by us, or (not forked yet) never to start
             t.ended_by_sandbox = True
         live = [t for t in self._live() if t.pid]
-        if live:
-            log.info("asking ranks %s for their Python stacks", [t.rank for t in live])
-        for t in live:
-            try:
-                os.kill(t.pid, signal.SIGUSR1)
-            except ProcessLookupError:  # it ended on its own meanwhile: nothing to ask
-                pass
-        paths = {t.rank: os.path.join(self.dir, f"stack-{t.rank}.txt") for t in live}
-        sizes: dict = {}
-        deadline = time.monotonic() + (STACK_WAIT_INTERRUPTED_S if why == INTERRUPTED else STACK_WAIT_S)
-        while paths and time.monotonic() < deadline:
-            if self.held and why != INTERRUPTED:  # Ctrl-C while we wait: stop waiting, end everything now
-                break
-            now = {r: (os.path.getsize(p) if os.path.exists(p) else 0) for r, p in paths.items()}
-            if all(now.values()) and now == sizes:
-                break
-            sizes = now
-            time.sleep(0.03)
+        if not stacks_taken:
+            self._ask_stacks(live, STACK_WAIT_INTERRUPTED_S if why == INTERRUPTED else STACK_WAIT_S)
         self._pump(0)
         for t in live:  # one by one, so the zygote reaps each and reports its exit status
             try:
@@ -362,6 +357,35 @@ class Run:
         log.info("ended ranks %s", [t.rank for t in live])
         if why == INTERRUPTED:
             self._kill()  # the user wants out: the zygote too, even if it is still starting or forking
+
+    def _ask_stacks(self, live: list[RankTrack], wait: float) -> None:
+        """SIGUSR1 to every live rank (faulthandler dumps its stack and it carries on); wait, bounded, for the dumps."""
+        if live:
+            log.info("asking ranks %s for their Python stacks", [t.rank for t in live])
+        for t in live:
+            try:
+                os.kill(t.pid, signal.SIGUSR1)
+            except ProcessLookupError:  # it ended on its own meanwhile: nothing to ask
+                pass
+        paths = {t.rank: os.path.join(self.dir, f"stack-{t.rank}.txt") for t in live}
+        sizes: dict = {}
+        deadline = time.monotonic() + wait
+        while paths and time.monotonic() < deadline:
+            if self.held and self.stopped_for != INTERRUPTED:  # Ctrl-C while we wait: end everything now
+                break
+            now = {r: (os.path.getsize(p) if os.path.exists(p) else 0) for r, p in paths.items()}
+            if all(now[r] > self.stack_from.get(r, 0) for r in now) and now == sizes:
+                break
+            sizes = now
+            time.sleep(0.03)
+
+    def _confirmed(self, blocked: dict[int, int]) -> bool:
+        """After a provable deadlock was named: are the ranks still inside the very calls they were in? gloo may yet
+        pair two calls the traces call different (a barrier with a one-element all_reduce), and a loaded machine
+        may hold back an exit line; taking the stacks gives them that time, and the traces are read again."""
+        self._pump(0)
+        return all(t.exit_code is None and t.pending is not None and t.pending["id"] == blocked.get(t.rank)
+                   and not t.inflight for t in self.tracks.values() if t.rank in blocked)
 
     def _kill(self) -> None:
         """End the run's whole process group: the zygote, the ranks, and anything the ranks started."""
@@ -391,8 +415,9 @@ class Run:
         log.info("run's process group %d ended", self.proc.pid)
 
     # ------------------------------------------------------------------------------------------- the result
-    def _read(self, name: str, cap: int = LOG_CAP) -> str:
-        return events.read_text(os.path.join(self.dir, name), cap)
+    def _read(self, name: str, cap: int = LOG_CAP, skip: int = 0) -> str:
+        text = events.read_text(os.path.join(self.dir, name), cap)
+        return text[skip:] if skip else text  # stack dumps are ASCII: bytes and characters line up
 
     def _assemble(self, wall: float) -> RunResult:
         self._pump(0)
@@ -402,7 +427,7 @@ class Run:
             self.fatal = {"fatal": f"the process that starts the ranks died early ({zlog[-1] if zlog else 'no message'})",
                           "traceback": "\n".join(zlog[-40:])}
         for t in self.tracks.values():
-            t.stack = self._read(f"stack-{t.rank}.txt") or None
+            t.stack = self._read(f"stack-{t.rank}.txt", skip=self.stack_from.get(t.rank, 0)) or None
         j = policy.judge(self.tracks, self.stopped_for, timeout=self.settings.timeout, blocked_s=self.detect_s)
         verdict, diag = j.verdict, j.diagnosis
         if self.fatal is not None and self.stopped_for != INTERRUPTED:

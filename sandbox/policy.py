@@ -39,6 +39,7 @@ class Decision:
     stop: str            # HANG, FAILURE or TIMEOUT
     reason: str          # for the log: which rule fired
     blocked_s: float = 0.0
+    provable: bool = False  # named before the grace period: the launcher confirms it once the stacks are taken
 
 
 def decide(tracks: dict[int, RankTrack], now: float, *, elapsed: float, quiet_s: float,
@@ -58,7 +59,7 @@ def decide(tracks: dict[int, RankTrack], now: float, *, elapsed: float, quiet_s:
         if blocked >= settings.hang_after:
             return Decision(HANG, f"every live rank blocked for {blocked:.2f} s in calls nobody can complete", blocked)
         if quiet_s >= settings.settle and provable_deadlock(tracks):
-            return Decision(HANG, f"provable deadlock, {blocked:.2f} s after the last rank blocked", blocked)
+            return Decision(HANG, f"provable deadlock, {blocked:.2f} s after the last rank blocked", blocked, True)
     if elapsed > settings.timeout:
         return Decision(TIMEOUT, f"the {settings.timeout:g} s timeout passed")
     return None
