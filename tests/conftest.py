@@ -147,3 +147,22 @@ def clean():
         time.sleep(0.02)
     assert sandbox_dirs() - dirs == set()
     assert listening_ports() == set()
+
+
+@pytest.fixture(scope="session")
+def docs_site():
+    """The docs site, built once per test session with `mkdocs build --strict` from the repository root (it executes
+    every lab and runs every bug: a minute or two): {"dir": where, "log": what mkdocs printed}. Shared by the build
+    checks (test_docs.py) and the browser test (test_browser.py)."""
+    import shutil
+
+    dest = tempfile.mkdtemp(prefix="docs-site-")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", NO_COLOR="1")  # the variable quiets Material's banner
+    try:
+        p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", dest], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=900)
+        log = p.stdout + p.stderr
+        assert p.returncode == 0, f"mkdocs build --strict failed:\n{log[-6000:]}"
+        yield {"dir": dest, "log": log}
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)

@@ -1,0 +1,98 @@
+"""Per bug, "how to recognise it in your own code": signs to look for in a code base of your own.
+
+Kept here (the site's, not the bug module's): a bug without an entry still gets a page, with the general signs of
+its diagnosis kind (`GENERIC`), so adding a bug to the registry never needs an edit of the site.
+"""
+
+RECOGNISE = {
+    "init-port": [
+        "A literal `tcp://host:port` (often `localhost:29500`) in an `init_process_group` call, or in code that "
+        "builds `init_method` for some workers only.",
+        "Two code paths that start workers (a driver and the others, a first and a restarted worker) that do not "
+        "both take the launcher's `MASTER_ADDR`/`MASTER_PORT` (`env://`).",
+        "Rank 0 logs that init finished while the other ranks never do, and nothing is said for 30 minutes.",
+    ],
+    "group-order": [
+        "`new_group` inside an `if rank in ...` branch, or in a loop whose order depends on the rank.",
+        "Setup functions (tensor-, pipeline-, sequence-parallel groups) called in a different order on some ranks.",
+        "Start-up hangs with per-rank logs stuck between `Before new_group` and `After new_group`.",
+    ],
+    "xpu-device-id": [
+        "`init_process_group(..., device_id=...)` on a non-CUDA accelerator (XPU, HPU, ...), followed by "
+        "`new_group(backend=\"gloo\")` for CPU work.",
+        "Code ported from CUDA/NCCL that kept `device_id=torch.device(<accel>, local_rank)`.",
+        "`RuntimeError: No backend type associated with device type ...` raised from `new_group`.",
+    ],
+    "aux-data": [
+        "Metadata written into one block (or one shard) of a buffer and read by every rank from its own block.",
+        "Some ranks see zeros where others see the real value, and then take a different branch.",
+        "A status synced with a collective, followed by a per-rank decision on data that was not synced.",
+    ],
+    "kv-sync": [
+        "A loop of blocking `dist.send` calls to peers before any `dist.recv` on the same ranks.",
+        "Every rank runs the same exchange code that starts with a send (\"send mine, then receive theirs\").",
+        "A hang where every rank sits in `send`; it may work for small messages with another backend and hang "
+        "with gloo at any size.",
+    ],
+    "cross-device": [
+        "`gather_object` / `all_gather_object` of dicts or lists holding tensors, followed by `torch.stack` / "
+        "`torch.cat` of them.",
+        "Objects unpickled on another rank keep the device they were created on (`cuda:0`, `cuda:1`, ...).",
+        "`Expected all tensors to be on the same device` on some ranks only, in code that gathered from peers.",
+    ],
+    "resample-desync": [
+        "A `while not enough:` loop around generation or data fetching, where `enough` is computed from "
+        "this rank's own count.",
+        "Collectives (a broadcast of the next batch, a gather into a pool) inside a loop that ranks may leave at "
+        "different times.",
+        "A deadlock that comes and goes with the data: most steps pass, a step with uneven rejection hangs.",
+    ],
+    "gather-uneven": [
+        "`all_gather` (or `gather`) whose output list is built with `torch.empty_like(mine)` where `mine` has a "
+        "length that depends on the rank's data.",
+        "Variable-length items per rank (tokens, boxes, samples) gathered without first exchanging the lengths.",
+        "A hang, or a gloo `SIGABRT` with `Received data size doesn't match expected size`.",
+    ],
+    "isend-unwaited": [
+        "`dist.isend(...)` whose returned Work is never `wait()`ed (or is dropped: `dist.isend(t, dst)` alone on "
+        "a line).",
+        "A rank that returns or exits right after an `isend`.",
+        "The receiver fails with `Connection closed by peer` or `Connection reset by peer`, or receives nothing.",
+    ],
+}
+
+GENERIC = {
+    "collective_mismatch": [
+        "A collective inside an `if` that depends on the rank or on rank-local data.",
+        "Loops whose number of iterations differs between ranks, with a collective inside.",
+    ],
+    "missing_ranks": [
+        "A collective or barrier that only some ranks reach (an early return, an exception caught on one rank).",
+    ],
+    "group_mismatch": [
+        "`new_group` called by only some ranks, or in a different order, or with different rank lists.",
+    ],
+    "p2p_cycle": [
+        "Blocking `send`s on both sides of a pair before the matching `recv`s; tags that differ between a send "
+        "and its recv.",
+    ],
+    "init_mismatch": [
+        "Ranks that build their rendezvous endpoint or world size in different ways.",
+    ],
+    "rank_error": [
+        "An exception on one rank that the others do not see: wrap and re-raise it, or check inputs before the "
+        "collective.",
+    ],
+    None: [
+        "Run the script under `python -m sandbox.run -n 4` and read which rank is in which call.",
+    ],
+}
+
+ALWAYS = ["Run it on a few ranks under `python -m sandbox.run -n 4 your_script.py`: the verdict names the "
+          "rank, the call and the line."]
+
+
+def recognise_list(slug, bug):
+    """The signs for one bug: its own list, else the general ones of its diagnosis kind; then the sandbox run."""
+    signs = RECOGNISE.get(slug) or GENERIC.get(bug.broken.kind) or GENERIC[None]
+    return list(signs) + ALWAYS

@@ -1,0 +1,307 @@
+"""The docs site in a real browser, as a reader meets it: built with `mkdocs build --strict`, served on 127.0.0.1,
+and driven by headless Chromium (Debian's `chromium` package, through Playwright for Python; never Playwright's own
+browser download). Every page of the site loads with status 200, logs no console error and asks no other host for
+anything (no web fonts, no CDN); every lab page shows its executed output; and the site's own search box, typed into
+as a person would, lists the right bug page first for each bug's error message (one test per bug of the registry).
+
+Screenshots of the home page, one bug page and one search go to $SANDBOX_SCREENSHOTS, by default `build/screenshots/`
+(ignored by git), as PNG. The browser, the driver and the server are closed whatever happens, and the last teardown
+checks that no process or listening socket of ours is left.
+"""
+import functools
+import http.server
+import importlib.util
+import os
+import re
+import sys
+import threading
+import urllib.parse
+
+import pytest
+
+from conftest import ROOT, leftovers, listening_ports
+from sandbox.bugs import registry
+
+CHROMIUM = "/usr/bin/chromium"
+# headless, and nothing of Chromium's own that phones home (updates, sync, safe-browsing lists, QUIC probes)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+SHOTS = os.environ.get("SANDBOX_SCREENSHOTS") or os.path.join(ROOT, "build", "screenshots")
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+WAIT_MS = 30_000        # the most any one page load, selector or search may take
+BUGS = registry()
+
+
+# -- the site, its server, the browser -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def site(docs_site):
+    """The site built strictly, once for the session (tests/conftest.py): its path."""
+    return docs_site["dir"]
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # the test reports what matters; a line per request would bury it
+        pass
+
+
+@pytest.fixture(scope="module")
+def base(site):
+    """The site served on 127.0.0.1 on a port the OS picks: its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=site))
+    thread = threading.Thread(target=server.serve_forever, name="docs-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_left():
+    """Set up first, so torn down last: after the browser, its driver and the server have closed, no process or
+    listening socket of ours is left."""
+    yield
+    assert leftovers() == [], "processes left after the browser closed"
+    assert listening_ports() == set(), "sockets left listening after the server closed"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium from Debian's package, and Playwright's driver; both closed whatever happens."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"no {CHROMIUM}: install Debian's chromium (apt-get install -y chromium), as the README's "
+                    "set-up command does")
+    from playwright.sync_api import sync_playwright
+    pw = sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=WAIT_MS)
+        try:
+            yield b
+        finally:
+            b.close()
+    finally:
+        pw.stop()
+
+
+class Visit:
+    """A fresh browser context that records, for every page it opens, each request (aborting any to another host,
+    so the test never depends on the network), console errors, page errors and failed local responses."""
+
+    def __init__(self, browser):
+        self.requests, self.errors = [], []
+        self.ctx = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+        self.ctx.set_default_timeout(WAIT_MS)
+        self.ctx.on("request", lambda r: self.requests.append(r.url))
+        self.ctx.on("response", lambda r: r.status >= 400 and self.errors.append(f"HTTP {r.status} {r.url}"))
+        self.ctx.route("**/*", self._route)
+        self.ctx.add_init_script(_SPY_ON_SEARCH)
+
+    @staticmethod
+    def _route(route):
+        if _foreign(route.request.url):
+            route.abort()
+        else:
+            route.continue_()
+
+    def open(self, url):
+        page = self.ctx.new_page()
+        page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text} ({m.location})"))
+        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        res = page.goto(url, wait_until="load")
+        # the search index and anything lazy load after `load`; a bounded wait for the network to go quiet
+        page.wait_for_load_state("networkidle")
+        return page, res
+
+    def foreign(self):
+        return sorted({u for u in self.requests if _foreign(u)})
+
+    def close(self):
+        self.ctx.close()
+
+
+@pytest.fixture
+def visit(browser):
+    v = Visit(browser)
+    try:
+        yield v
+    finally:
+        v.close()
+
+
+def _foreign(url: str) -> bool:
+    """Does this request go to another host than the site's own? (data: and blob: URLs stay in the page.)"""
+    u = urllib.parse.urlsplit(url)
+    return u.scheme not in ("data", "blob", "about") and u.hostname not in LOCAL_HOSTS
+
+
+def pages(site) -> list:
+    """Every page of the built site, as a path relative to its root ("" is the home page); 404.html is not one."""
+    out = []
+    for d, _, files in os.walk(site):
+        if "index.html" in files:
+            rel = os.path.relpath(d, site).replace(os.sep, "/")
+            out.append("" if rel == "." else rel + "/")
+    return sorted(out)
+
+
+def lab_pages(site) -> list:
+    """The pages under labs/ that are notebooks rendered by mkdocs-jupyter."""
+    out = []
+    for p in pages(site):
+        if p.startswith("labs/"):
+            with open(os.path.join(site, p, "index.html"), encoding="utf-8") as f:
+                if "jupyter-wrapper" in f.read():
+                    out.append(p)
+    return out
+
+
+# -- every page --------------------------------------------------------------------------------------------------
+
+def test_every_page_loads_offline_without_errors(site, base, visit):
+    found = pages(site)
+    assert "" in found, "the site has no home page"
+    problems = {}
+    for p in found:
+        page, res = visit.open(base + p)
+        bad = [] if res is not None and res.status == 200 else [f"status {res and res.status}"]
+        bad += visit.errors + [f"request to another host: {u}" for u in visit.foreign()]
+        if bad:
+            problems[p or "/"] = bad
+        visit.errors.clear()
+        visit.requests.clear()
+        page.close()
+    assert not problems, "\n".join(f"{p}: {'; '.join(b)}" for p, b in problems.items())
+
+
+def test_the_checks_can_fail(base, visit):
+    """The recorders see what they must: a console error, an uncaught exception, and a request to another host from
+    the page and from a web worker (where Material's search runs), each aborted before it leaves the machine."""
+    page, _ = visit.open(base)
+    page.evaluate("""() => {
+        console.error("planted");
+        setTimeout(() => { throw new Error("planted uncaught"); });
+        fetch("http://fonts.example.invalid/page.woff2").catch(() => 0);
+        const src = 'fetch("https://cdn.example.invalid/worker.js").catch(() => 0)';
+        new Worker(URL.createObjectURL(new Blob([src], {type: "text/javascript"})));
+    }""")
+    want = ["http://fonts.example.invalid/page.woff2", "https://cdn.example.invalid/worker.js"]
+
+    def seen():
+        return (visit.foreign() == want and any(e.startswith("console: planted") for e in visit.errors)
+                and any("planted uncaught" in e for e in visit.errors))
+    waited_ms = 0
+    while not seen() and waited_ms < WAIT_MS:  # the events are on their way; the browser's clock, bounded
+        page.wait_for_timeout(50)
+        waited_ms += 50
+    assert seen(), (visit.foreign(), visit.errors)
+    page.close()
+
+
+def test_labs_show_executed_output(site, base, visit):
+    labs = lab_pages(site)
+    stems = sorted(os.path.splitext(n)[0] for n in os.listdir(os.path.join(ROOT, "labs")) if n.endswith(".ipynb"))
+    missing = [s for s in stems if not any(s in p for p in labs)]
+    assert not missing, f"labs without a page under labs/: {missing} (lab pages: {labs})"
+    empty = []
+    for p in labs:
+        page, _ = visit.open(base + p)
+        outputs = page.locator(".jp-OutputArea-output")
+        text = "\n".join(outputs.all_inner_texts()) if outputs.count() else ""
+        # a lab's runs end in a verdict: an executed lab shows at least one; an unexecuted one shows no output at all
+        if not re.search(r"(?i)\b(ok|hang|error|crash|timeout)\b", text):
+            empty.append(f"{p}: {outputs.count()} output areas, {text[:200]!r}")
+        page.close()
+    assert not empty, "lab pages without executed output:\n" + "\n".join(empty)
+
+
+def test_screenshots(site, base, visit):
+    os.makedirs(SHOTS, exist_ok=True)
+    bug_pages = [p for p in pages(site) if p.startswith("bugs/") and p.count("/") == 2]
+    assert bug_pages, "the site has no bug page"
+    one = "bugs/kv-sync/" if "bugs/kv-sync/" in bug_pages else bug_pages[0]
+    for p, name in (("", "home.png"), (one, f"bug-{one.split('/')[1]}.png")):
+        page, _ = visit.open(base + p)
+        page.screenshot(path=os.path.join(SHOTS, name), full_page=True)
+        page.close()
+        assert os.path.getsize(os.path.join(SHOTS, name)) > 10_000, name
+
+
+# -- search ------------------------------------------------------------------------------------------------------
+
+# Material's search runs in a web worker: the page posts {type: 2, data: query} and the worker answers each in order
+# with {type: 3, data: {items}}. Counting both tells when the answer to the last keystroke has come, so the test reads
+# the results of the whole message, not of a prefix that happened to be on screen.
+_SPY_ON_SEARCH = """
+(() => {
+  const Native = window.Worker;
+  window.__search = {asked: 0, answered: 0, last: null, query: null};
+  window.Worker = class extends Native {
+    constructor(...a) {
+      super(...a);
+      this.addEventListener("message", e => {
+        if (e.data && e.data.type === 3) { window.__search.answered++; window.__search.last = e.data.data; }
+      });
+    }
+    postMessage(m, ...rest) {
+      if (m && m.type === 2) { window.__search.asked++; window.__search.query = m.data; }
+      return super.postMessage(m, ...rest);
+    }
+  };
+})();
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def queries() -> dict:
+    """slug -> the error message a person would paste: docs/hooks.py's docs_queries(), else from the registry."""
+    hooks = os.path.join(ROOT, "docs", "hooks.py")
+    if os.path.exists(hooks):
+        spec = importlib.util.spec_from_file_location("docs_hooks", hooks)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        if hasattr(mod, "docs_queries"):
+            return mod.docs_queries()
+    out = {}
+    for slug, bug in BUGS.items():
+        text = (bug.broken.error or "").split("|")[0] or bug.symptom
+        out[slug] = re.sub(r"\s+", " ", re.sub(r"[\\^$*+?()\[\]{}]|\.\.\.", " ", text)).strip()
+    return out
+
+
+def search(page, query: str) -> list:
+    """Type `query` into the site's search box as a person would; the result links in the order shown."""
+    page.keyboard.press("/")
+    page.locator("input.md-search__input").wait_for(state="visible")
+    page.keyboard.type(query)
+    page.wait_for_function("q => window.__search.query === q && window.__search.answered === window.__search.asked",
+                           arg=query, timeout=WAIT_MS)
+    first = page.evaluate("() => { const i = window.__search.last.items; return i.length ? i[0][0].location : null }")
+    if first is None:
+        return []
+    # The answer is rendered on a later frame: wait until the list shows its first page first. (Results are grouped
+    # by page, the page's own link on top even when a section of it matched; links gain a ?h= for highlighting.)
+    page.wait_for_function("""loc => {
+        const a = document.querySelector(".md-search-result__list a.md-search-result__link");
+        return !!a && new URL(a.href).pathname === new URL(loc, document.baseURI).pathname }""", arg=first, timeout=WAIT_MS)
+    return page.eval_on_selector_all(".md-search-result__list > li > a.md-search-result__link", "as => as.map(a => a.href)")
+
+
+@pytest.mark.parametrize("slug", sorted(BUGS))
+def test_search_finds_the_bug_page_first(slug, base, visit):
+    qs = queries()
+    assert slug in qs, f"docs_queries() has no error message for {slug}"
+    page, _ = visit.open(base)
+    try:
+        links = search(page, qs[slug])
+        if slug == "cross-device":  # what a reader sees, for the closing note
+            os.makedirs(SHOTS, exist_ok=True)
+            page.screenshot(path=os.path.join(SHOTS, f"search-{slug}.png"))
+    finally:
+        page.close()
+    paths = [urllib.parse.urlsplit(u).path for u in links]
+    assert paths and paths[0] == f"/bugs/{slug}/", (
+        f"searching {qs[slug]!r} lists first {paths[0] if paths else 'nothing'}; the first five: {paths[:5]}")
+    assert visit.errors == [] and visit.foreign() == [], (visit.errors, visit.foreign())

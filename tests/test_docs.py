@@ -1,0 +1,168 @@
+"""The docs site builds strictly, offline, with a page for every catalogue bug and every lab executed.
+
+One `mkdocs build --strict` (from the repository root, as CI runs it) into a temp dir, then checks on the HTML:
+- the build exits 0 and logs no WARNING (strict turns warnings into a failure; this also catches one logged by a
+  plugin that strict does not count);
+- every bug of `sandbox.bugs.registry()` has `bugs/<slug>/index.html` with its error message near the top (the
+  query the browser test types, `docs_queries()`), its real broken and fixed code with the BUG / FIX lines, the
+  diagnosis of a real run, its timeline picture and a link to its lab; its search entry is boosted;
+- every lab in `labs/` has a page showing executed output;
+- no page loads anything from another host: no script, stylesheet, image, frame or font from http(s)://, no
+  inline script importing one (links for a reader to follow, `<a href>`, are fine);
+- the CLI reference holds the real `--help` texts.
+
+The build takes 1-2 minutes (it executes every lab and runs every bug's broken variant); its time is printed.
+"""
+import glob
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from sandbox.bugs import registry
+
+pytest.importorskip("mkdocs")
+pytest.importorskip("material")
+pytest.importorskip("mkdocs_jupyter")
+
+sys.path.insert(0, os.path.join(ROOT, "docs"))
+import hooks  # noqa: E402  docs/hooks.py: docs_queries(), error_message(), lab_of()
+
+LOCAL = re.compile(r"^(?:https?:)?//(?:127\.0\.0\.1|localhost)(?:[:/]|$)", re.I)
+
+
+@pytest.fixture(scope="module")
+def site(docs_site):
+    return docs_site  # built once for the session (tests/conftest.py)
+
+
+def _page(site, path):
+    full = os.path.join(site["dir"], path)
+    assert os.path.isfile(full), f"no {path} in the built site"
+    with open(full, encoding="utf-8") as f:
+        return f.read()
+
+
+def _article(page_html):
+    """The page's own content (not the nav or the table of contents around it)."""
+    m = re.search(r"<article\b.*?</article>", page_html, re.S)
+    assert m, "no <article> in the page"
+    return m.group(0)
+
+
+def _text(page_html):
+    return html.unescape(re.sub(r"<[^>]+>", " ", page_html))
+
+
+def test_build_is_strict_and_quiet(site):
+    warnings = [line for line in site["log"].splitlines() if re.search(r"\bWARNING\b", line)]
+    assert not warnings, "\n".join(warnings)
+
+
+def test_every_bug_has_its_page(site):
+    queries = hooks.docs_queries()
+    bugs = registry()
+    assert set(queries) == set(bugs)
+    for slug, bug in bugs.items():
+        page = _page(site, f"bugs/{slug}/index.html")
+        text = re.sub(r"\s+", " ", _text(_article(page)))
+        assert queries[slug] and re.sub(r"\s+", " ", queries[slug]) in text, slug
+        # the message sits at the top: before the root-cause chain
+        assert text.index(re.sub(r"\s+", " ", queries[slug])) < text.index("The root-cause chain"), slug
+        assert bug.title in text, slug
+        raw = html.unescape(re.sub(r"<[^>]+>", "", _article(page)))  # code keeps its own spacing
+        for part in ("Symptom.", "Root cause.", "Fix.", "def broken(", "def fixed(", "What the sandbox says",
+                     "How to recognise it in your own code"):
+            assert part in raw, f"{slug}: no {part!r}"
+        assert re.search(r"(#|\"\"\")\s*BUG", raw) and re.search(r"(#|\"\"\")\s*FIX", raw), slug
+        assert 'class="hll"' in page, f"{slug}: the BUG/FIX lines are not highlighted"
+        kinds = (bug.broken.verdict,) if isinstance(bug.broken.verdict, str) else bug.broken.verdict
+        assert re.search(r"\b(" + "|".join(k.upper() for k in kinds) + r")\b", text), \
+            f"{slug}: the page shows no {kinds} verdict of a real run"
+        assert os.path.isfile(os.path.join(site["dir"], "bugs", slug, "timeline.png")), slug
+        assert 'src="timeline.png"' in page, slug
+        lab = hooks.lab_of(slug)
+        if lab:
+            name = os.path.splitext(os.path.basename(lab))[0]
+            assert f'href="../../labs/{name}/"' in page, f"{slug}: no link to its lab"
+
+
+def test_bug_pages_are_boosted_in_search(site):
+    with open(os.path.join(site["dir"], "search", "search_index.json"), encoding="utf-8") as f:
+        index = json.load(f)
+    boosted = {d["location"].split("/")[1] for d in index["docs"]
+               if d["location"].startswith("bugs/") and d.get("boost", 1) > 1}
+    assert boosted >= set(registry())
+
+
+def test_every_lab_is_rendered_with_executed_output(site):
+    labs = sorted(glob.glob(os.path.join(ROOT, "labs", "*.ipynb")))
+    assert labs
+    for path in labs:
+        name = os.path.splitext(os.path.basename(path))[0]
+        page = _page(site, f"labs/{name}/index.html")
+        outputs = re.findall(r'class="[^"]*jp-OutputArea-output', page)
+        assert len(outputs) >= 2, f"{name}: {len(outputs)} output areas; was it executed?"
+
+
+_TAG = re.compile(r"<(script|link|img|iframe|source|video|audio|embed|object|input)\b([^>]*)>", re.I)
+_ATTR = re.compile(r"\b(src|href|data|srcset|poster)\s*=\s*[\"']?([^\"'\s>]+)", re.I)
+
+
+def external_requests(page: str) -> list[str]:
+    """What a page would fetch from another host: a script, stylesheet, image, frame or font by URL, an inline
+    script's import, a CSS url(). Links for a reader to follow (<a href>) are not requests."""
+    found = []
+    for m in _TAG.finditer(page):
+        for a in _ATTR.finditer(m.group(2)):
+            url = a.group(2)
+            if re.match(r"^(?:https?:)?//", url, re.I) and not LOCAL.match(url):
+                found.append(f"<{m.group(1)} {a.group(1)}={url}>")
+    for m in re.finditer(r"<script\b[^>]*>(.*?)</script>", page, re.I | re.S):
+        for url in re.findall(r"""(?:import\s*\(|from)\s*["']((?:https?:)?//[^"']+)""", m.group(1)):
+            if not LOCAL.match(url):
+                found.append(f"a script imports {url}")
+    for url in re.findall(r"""(?:url\(\s*["']?|@import\s+["'])((?:https?:)?//[^"')]+)""", page):
+        if not LOCAL.match(url):
+            found.append(f"css {url}")
+    return found
+
+
+def test_the_offline_check_can_fail():
+    assert external_requests('<script src="https://cdn.example.org/x.js"></script>')
+    assert external_requests('<link rel="stylesheet" href="//fonts.googleapis.com/css?family=Roboto">')
+    assert external_requests('<script type="module">const m = await import("https://cdnjs.cloudflare.com/m.mjs")'
+                             '</script>')
+    assert external_requests("<style>@font-face { src: url(https://fonts.gstatic.com/r.woff2) }</style>")
+    assert not external_requests('<a href="https://pytorch.org/docs/">docs</a><img src="timeline.png">'
+                                 '<script src="http://127.0.0.1:8000/x.js"></script>')
+
+
+def test_no_request_to_another_host(site):
+    found = []
+    for path in glob.glob(os.path.join(site["dir"], "**", "*.html"), recursive=True) + \
+            glob.glob(os.path.join(site["dir"], "**", "*.css"), recursive=True):
+        with open(path, encoding="utf-8") as f:
+            found += [f"{os.path.relpath(path, site['dir'])}: {x}" for x in external_requests(f.read())]
+    assert not found, "\n".join(sorted(set(found))[:40])
+
+
+def test_cli_reference_is_the_real_help(site):
+    text = _text(_page(site, "cli/index.html"))
+    for module in ("sandbox.run", "sandbox.repro", "sandbox.diagnose"):
+        p = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, NO_COLOR="1"))
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines()[0].strip() in text, module
+
+
+def test_home_shows_a_diagnosed_hang(site):
+    page = _page(site, "index.html")
+    assert "HANG [collective_mismatch]" in _text(page)
+    assert 'src="assets/home-timeline.png"' in page
+    assert os.path.isfile(os.path.join(site["dir"], "assets", "home-timeline.png"))
