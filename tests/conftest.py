@@ -166,3 +166,20 @@ def docs_site():
         yield {"dir": dest, "log": log}
     finally:
         shutil.rmtree(dest, ignore_errors=True)
+
+
+def run_in_kernel(code: str, timeout: float = 120) -> str:
+    """Execute `code` in a fresh real Jupyter kernel (tests/ and the project importable), shut it down, and return
+    what it printed; fails if the cell raised."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3",
+                              env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.path.dirname(__file__)))
+    try:
+        out = []
+        reply = kc.execute_interactive(code, timeout=timeout, output_hook=out.append)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 import scenarios
-from conftest import ROOT, leftovers
+from conftest import ROOT, run_in_kernel
 from sandbox import UsageError, launch
 
 
@@ -100,19 +100,8 @@ def test_from_a_script(tmp_path, clean):
 
 
 def test_from_a_jupyter_kernel(clean):
-    from jupyter_client.manager import start_new_kernel
-
-    km, kc = start_new_kernel(kernel_name="python3", env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.path.dirname(__file__)))
-    try:
-        code = ("import scenarios\nfrom sandbox import launch\n"
-                "ok = launch(scenarios.ok_sum, world_size=2)\n"
-                "bad = launch(scenarios.send_cycle, world_size=2)\n"
-                "print(ok.verdict, ok.values[0], bad.verdict, bad.diagnosis.kind)")
-        out = []
-        reply = kc.execute_interactive(code, timeout=90, output_hook=lambda m: out.append(m))
-        assert reply["content"]["status"] == "ok", reply["content"]
-        text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
-        assert text.strip() == "ok [3.0, 3.0, 3.0] hang p2p_cycle"
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+    text = run_in_kernel("import scenarios\nfrom sandbox import launch\n"
+                         "ok = launch(scenarios.ok_sum, world_size=2)\n"
+                         "bad = launch(scenarios.send_cycle, world_size=2)\n"
+                         "print(ok.verdict, ok.values[0], bad.verdict, bad.diagnosis.kind)", timeout=90)
+    assert text.strip() == "ok [3.0, 3.0, 3.0] hang p2p_cycle"

@@ -6,7 +6,7 @@ import time
 import psutil
 
 import scenarios
-from conftest import ROOT, leftovers
+from conftest import leftovers, run_in_kernel
 from sandbox import launch, warm
 
 
@@ -37,27 +37,15 @@ def test_warm_runs_are_isolated_and_take_functions_by_value(clean):
 
 
 def test_warm_zygote_dies_with_the_kernel(clean):
-    from jupyter_client.manager import start_new_kernel
-
-    km, kc = start_new_kernel(kernel_name="python3",
-                              env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.path.dirname(__file__)))
-    try:
-        code = ("import time, scenarios\nfrom sandbox import launch, warm\n"
-                "def typed_here():\n    import os\n    return int(os.environ['RANK']) + 100\n"
-                "times = []\n"
-                "for _ in range(3):\n"
-                "    t = time.monotonic(); res = launch(typed_here, world_size=4); times.append(time.monotonic() - t)\n"
-                "print(res.verdict, res.values, warm.running(), ' '.join(f'{x:.2f}' for x in times))")
-        out = []
-        reply = kc.execute_interactive(code, timeout=120, output_hook=lambda m: out.append(m))
-        assert reply["content"]["status"] == "ok", reply["content"]
-        text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream").split()
-        assert text[:5] == ["ok", "[100,", "101,", "102,", "103]"], text
-        pid = int(text[5])
-        assert psutil.pid_exists(pid)
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+    text = run_in_kernel(
+        "import time, scenarios\nfrom sandbox import launch, warm\n"
+        "def typed_here():\n    import os\n    return int(os.environ['RANK']) + 100\n"
+        "times = []\n"
+        "for _ in range(3):\n"
+        "    t = time.monotonic(); res = launch(typed_here, world_size=4); times.append(time.monotonic() - t)\n"
+        "print(res.verdict, res.values, warm.running(), ' '.join(f'{x:.2f}' for x in times))").split()
+    assert text[:5] == ["ok", "[100,", "101,", "102,", "103]"], text
+    pid = int(text[5])  # the kernel's warm zygote, now that the kernel is gone
     deadline = time.monotonic() + 5
     while psutil.pid_exists(pid) and time.monotonic() < deadline:
         leftovers(grace=0)  # reaps what was re-parented to this test process
