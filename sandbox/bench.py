@@ -150,6 +150,22 @@ def _rank(ops: list[str], sizes: list[int], iters: int, warmup: int, gpu: bool) 
             return lambda: all_reduce(buf)
         rbuf = torch.empty_like(buf)  # send_recv
         isend, irecv = plain("isend"), plain("irecv")
+        if gpu:
+            # NCCL: one grouped call, as nccl-tests' sendrecv (two unbatched p2p ops in opposite directions are
+            # serialised and deadlock at large sizes). P2POp wants torch.distributed's own isend/irecv, which the
+            # tracer wraps: tracing is off for the call (set_sink(None)) so the timing stays untraced
+            from sandbox import trace
+            batch = plain("batch_isend_irecv")
+
+            def send_recv():
+                sink = trace.set_sink(None)
+                try:
+                    ops = [dist.P2POp(dist.isend, buf, (me + 1) % n), dist.P2POp(dist.irecv, rbuf, (me - 1) % n)]
+                    for w in batch(ops):
+                        w.wait()
+                finally:
+                    trace.set_sink(sink)
+            return send_recv
 
         def send_recv():
             for w in (isend(buf, (me + 1) % n), irecv(rbuf, (me - 1) % n)):
