@@ -98,18 +98,28 @@ def real_size(op: str, size: int, n: int) -> int:
 
 # ------------------------------------------------------------------------------------------------ in the ranks
 
-def _rank(ops: list[str], sizes: list[int], iters: int, warmup: int, gpu: bool) -> dict | None:
-    """Sweep `ops` x `sizes` on this rank (the process group is up); rank 0 returns the points and the memcpy limit."""
+def _untraced():
+    """In a rank: a lookup of torch's own functions, not the tracer's wrappers (their cost is not what we measure),
+    with Work.wait unwrapped too; returns (plain(name), the tracer's Work.wait, to put back afterwards)."""
     import torch
     import torch.distributed as dist
 
-    def plain(name):  # torch's own function, not the tracer's wrapper (its cost is not what we measure)
+    def plain(name):
         fn = getattr(dist, name)
         return getattr(fn, "__sandbox_traced__", fn)
 
     Work = torch._C._distributed_c10d.Work
     traced_wait = Work.wait
     Work.wait = getattr(traced_wait, "__sandbox_traced__", traced_wait)
+    return plain, traced_wait
+
+
+def _rank(ops: list[str], sizes: list[int], iters: int, warmup: int, gpu: bool) -> dict | None:
+    """Sweep `ops` x `sizes` on this rank (the process group is up); rank 0 returns the points and the memcpy limit."""
+    import torch
+    import torch.distributed as dist
+
+    plain, traced_wait = _untraced()
     barrier, all_reduce = plain("barrier"), plain("all_reduce")
     me, n = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", me) if gpu else torch.device("cpu")
@@ -257,7 +267,7 @@ def _rank(ops: list[str], sizes: list[int], iters: int, warmup: int, gpu: bool) 
         barrier()
         return out if me == 0 else None
     finally:
-        Work.wait = traced_wait
+        torch._C._distributed_c10d.Work.wait = traced_wait  # the tracer's again
 
 
 def _point(op: str, n: int, size: int, times: list[float], backend: str) -> dict:
@@ -361,13 +371,7 @@ def _advice_rank(iters: int, kv_sizes: list[int]) -> dict | None:
     import torch
     import torch.distributed as dist
 
-    def plain(name):
-        fn = getattr(dist, name)
-        return getattr(fn, "__sandbox_traced__", fn)
-
-    Work = torch._C._distributed_c10d.Work
-    traced_wait = Work.wait
-    Work.wait = getattr(traced_wait, "__sandbox_traced__", traced_wait)
+    plain, traced_wait = _untraced()
     barrier, all_reduce = plain("barrier"), plain("all_reduce")
     # the kv-sync exchange calls the traced functions, all three alike: P2POp accepts only the isend/irecv that
     # torch.distributed holds now (the tracer's), and a tracer's microseconds are nothing beside a layer's cache
@@ -466,7 +470,7 @@ def _advice_rank(iters: int, kv_sizes: list[int]) -> dict | None:
         barrier()
         return out if me == 0 else None
     finally:
-        Work.wait = traced_wait
+        torch._C._distributed_c10d.Work.wait = traced_wait  # the tracer's again
 
 
 def advice(iters: int, timeout: float) -> tuple[dict, list[str]]:
