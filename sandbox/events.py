@@ -82,6 +82,7 @@ def fragment(fields: dict) -> bytes:
 
 
 _ENTER_HEAD = b'{"ev":"enter"'
+_DONE_HEAD = b'{"ev":"done"'
 _INFLIGHT = b'"inflight":true'
 
 
@@ -98,8 +99,14 @@ def exit_line(rank: int, call_id: int, op: str, t: float) -> bytes:
 
 
 def may_block(line: bytes) -> bool:
-    """Cheap, without parsing: does this last line of a trace leave its rank inside a call?"""
+    """Cheap, without parsing: does this last line of a trace leave its rank inside a call? (After a `done` line,
+    see `is_done`, it may: a GPU call finishing says nothing of the calls still in flight after it.)"""
     return line.startswith(_ENTER_HEAD) or _INFLIGHT in line
+
+
+def is_done(line: bytes) -> bool:
+    """Is this trace line a `done` event (an in-flight GPU call finished)?"""
+    return line.startswith(_DONE_HEAD)
 
 
 def write_meta(directory: str, **fields) -> None:

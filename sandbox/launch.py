@@ -225,6 +225,8 @@ class Run:
         env.setdefault("NCCL_SOCKET_IFNAME", "lo")
         env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # count GPUs without initialising CUDA before fork
         env.update(self.env_extra)
+        if not self.spec["gpu"]:  # a CPU run on any machine: the zygote and the ranks see no GPU, so nothing in
+            env["CUDA_VISIBLE_DEVICES"] = ""  # them (FakeTensors on "cuda:1" included) can initialise real CUDA
         pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.update(SANDBOX_PARENT_PID=str(os.getpid()), SANDBOX_RUN_DIR=self.dir,
@@ -292,6 +294,15 @@ class Run:
                     t.feed(ev)
             lines.clear()
 
+    def _may_block(self, t: RankTrack) -> bool:
+        """Is rank t perhaps inside a call? Its last trace line tells, except after a `done` line (an NCCL call
+        finished on the GPU while later ones may still be in flight): then its parsed track tells."""
+        last = self.last[t.rank]
+        if events.is_done(last):
+            self._parse()
+            return t.pending is not None
+        return events.may_block(last)
+
     def _live(self) -> list[RankTrack]:
         return [t for t in self.tracks.values() if t.exit_code is None]
 
@@ -315,7 +326,7 @@ class Run:
             now = time.monotonic()
             if fail_t is None and any(t.exit_code not in (None, 0) for t in self.tracks.values()):
                 fail_t = now
-            blocked = all(events.may_block(self.last[t.rank]) for t in self._live())
+            blocked = all(self._may_block(t) for t in self._live())
             if fail_t is None and not blocked and now - start <= self.settings.timeout:
                 continue
             self._parse()

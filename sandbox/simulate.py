@@ -7,10 +7,15 @@ Everything here is labelled "simulated" wherever its output is shown.
   (`No backend type associated with device type xpu`). Call it only inside a rank.
 - `on_device(t, "cuda:1")` / `DeviceSample`: tensors that live on simulated CUDA devices. They are FakeTensors
   (shape, dtype, device, no storage) carrying their CPU data beside them; they pickle as (data, device) and come
-  back on their original device, as real CUDA tensors do through `all_gather_object`; mixing devices raises
-  PyTorch's own device-mismatch error.
+  back on their original device, as real CUDA tensors do through `all_gather_object`; mixing devices under
+  `devices_checked()` raises PyTorch's own device-mismatch error.
+
+Nothing here touches real CUDA: it runs the same on a CPU build and on a CUDA build with or without GPUs.
 """
 from __future__ import annotations
+
+import contextlib
+import re
 
 import torch
 import torch.distributed as dist
@@ -36,6 +41,27 @@ def fake_mode():
         from torch._subclasses.fake_tensor import FakeTensorMode
         _fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     return _fake_mode
+
+
+# FakeTensorMode's device check (torch/_subclasses/fake_tensor.py, FakeTensor._find_common_device) says
+# "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cuda:1!" from torch
+# 2.13 on (FakeTensorDeviceMismatchError), and "Unhandled FakeTensor Device Propagation for aten.stack.default, found
+# two different devices cuda:0, cuda:1" before (2.11). Same check, same devices: the older wording is reworded.
+_OLD_WORDING = re.compile(r"Unhandled FakeTensor Device Propagation for \S+, found two different devices (\S+), (\S+)$")
+
+
+@contextlib.contextmanager
+def devices_checked():
+    """Ops on simulated devices, checked by PyTorch's own FakeTensor code, worded alike on every supported torch."""
+    with fake_mode():
+        try:
+            yield
+        except RuntimeError as e:
+            m = _OLD_WORDING.match(str(e))
+            if not m or type(e) is not RuntimeError:
+                raise
+            raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
+                               f"{m[1]} and {m[2]}!") from e
 
 
 def warm() -> None:
@@ -70,5 +96,5 @@ def _rebuild_sample(items):
 
 def stack(tensors, *args, **kwargs):
     """torch.stack under the fake mode, so simulated devices are checked by PyTorch's own code."""
-    with fake_mode():
+    with devices_checked():
         return torch.stack(tensors, *args, **kwargs)

@@ -89,7 +89,12 @@ def can_complete(p: dict, me: RankTrack, tracks: dict[int, RankTrack]) -> bool:
         want = "recv" if direction == "send" else "send"
         peers = [p["peer"]] if p.get("peer") is not None else [r for r in live if r != me.rank]
         return any(r in live and _offers(live[r], want, me.rank, p.get("tag", 0)) for r in peers)
-    return True  # batch_isend_irecv (posting only), destroy_process_group, anything unknown: not judged
+    if p["op"] == "destroy_process_group":
+        # gloo's returns at once; NCCL's waits on the communicators' peers, so it is stuck only behind a peer that
+        # is stuck in a call of its own
+        return all(q.pending is None or q.pending["op"] == "destroy_process_group" or can_complete(q.pending, q, tracks)
+                   for r, q in live.items() if r != me.rank)
+    return True  # batch_isend_irecv (posting only), anything unknown: not judged
 
 
 def progress_possible(tracks: dict[int, RankTrack]) -> bool:
