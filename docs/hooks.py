@@ -98,12 +98,12 @@ def bug_order() -> list[str]:
 
 def doc_parts(doc: str) -> dict[str, str]:
     """A bug module's docstring split into its parts: intro (the first line), Source, Symptom, Root cause, Fix,
-    Simulated, Run, and any text after a part that is not one of them ("more")."""
+    Simulated, On GPUs (NCCL), Run, and any text after a part that is not one of them ("more")."""
     parts, key = {"intro": []}, "intro"
     for line in doc.strip("\n").splitlines():
-        m = re.match(r"^(Source|Symptom|Root cause|Fix|Simulated[^:]*|Run):\s?(.*)$", line)
+        m = re.match(r"^(Source|Symptom|Root cause|Fix|Simulated[^:]*|On GPUs \(NCCL\)|Run):\s?(.*)$", line)
         if m:
-            key = "Simulated" if m.group(1).startswith("Simulated") else m.group(1)
+            key = "Simulated" if m.group(1).startswith("Simulated") else m.group(1).split(" (")[0]
             parts[key] = [m.group(2)]
         else:
             parts.setdefault(key, []).append(line)
@@ -290,6 +290,11 @@ def bug_page(slug: str) -> str:
         out += ["## The timeline", "",
                 "Every rank's `torch.distributed` calls over time; a call still pending when the run was stopped is "
                 "hatched.", "", f"![Timeline of the broken variant of {slug}](timeline.png)", ""]
+    if bug.gpu:
+        out += ["## On real GPUs (NCCL)", "", parts.get("On GPUs", ""), "",
+                f"`python -m sandbox.repro {slug} --gpu` runs it on NCCL, one GPU per rank "
+                f"({bug.gpu.min_world_size} GPUs at least). Expected of the broken variant there: "
+                f"{bug.gpu.broken.describe()}. Of the fixed one: {bug.gpu.fixed.describe()}.", ""]
     out += ["## How to recognise it in your own code", ""]
     out += [f"- {x}" for x in recognise_list(slug, bug)] + [""]
     if lab:

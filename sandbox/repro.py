@@ -3,11 +3,16 @@
     python -m sandbox.repro --list
     python -m sandbox.repro kv-sync                      # broken, then fixed, then the explanation
     python -m sandbox.repro group-order --variant broken -n 4 --timeline group-order.png
-    python -m sandbox.repro cross-device --gpu           # the real CUDA error on 2+ GPUs
+    python -m sandbox.repro cross-device --gpu           # the real CUDA error on 2+ GPUs (NCCL, one GPU per rank)
+    python -m sandbox.repro --all --gpu                  # every bug with a GPU form, on as many GPUs as it can use
     python -m sandbox.repro init-port --debug DETAIL     # PyTorch's own report beside the sandbox's
 
 Exit code: 0 when every variant run behaved as documented, 1 when one did not, 2 on a usage error, 130 when
 interrupted. Listing, --help and usage errors answer at once: the catalogue is read without importing torch.
+
+Without --gpu a run is a CPU run on any machine (its ranks see no GPU). With --gpu each rank owns one GPU and the
+bug runs on NCCL, with the expectation its module documents for NCCL; the default number of ranks is then the
+bug's own, capped at the GPUs visible.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ def explanation(doc: str) -> str:
     """The Symptom / Root cause / Fix / Simulated paragraphs of a bug module's docstring (not its Run output)."""
     keep, out = False, []
     for line in doc.strip().splitlines():
-        head = re.match(r"^(Symptom|Root cause|Fix|Simulated[^:]*|Source):", line)
+        head = re.match(r"^(Symptom|Root cause|Fix|Simulated[^:]*|On GPUs[^:]*|Source):", line)
         if head:
             keep = head.group(1) != "Source"
         elif re.match(r"^Run:", line):
@@ -46,8 +51,7 @@ def run_variant(bug, variant: str, n: int, gpu: bool = False, debug: str | None 
     kwargs = mod.options(n, gpu) if hasattr(mod, "options") else {}
     res = launch(entry, world_size=n, args=(bug.module, variant, kwargs), gpu=gpu, debug=debug,
                  timeout=bug.timeout, preload=[bug.module], **launch_options)
-    expect = getattr(bug, variant)
-    ok, why = check(bug, expect, res, debug=bool(debug))
+    ok, why = check(bug, bug.expect(variant, gpu), res, debug=bool(debug))
     if timeline:
         from sandbox import report
         try:
@@ -64,10 +68,11 @@ def _list(bugs) -> None:
     out = sys.stdout
     console = Console(file=out, width=None if out.isatty() else 140, highlight=False)
     t = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("slug", "title", "symptom", "needs", "ranks"):
+    for col in ("slug", "title", "symptom", "needs", "ranks", "--gpu"):
         t.add_column(col, overflow="fold")
     for b in bugs.values():
-        t.add_row(b.slug, b.title, b.symptom, b.needs, f"{b.world_size} (min {b.min_world_size})")
+        t.add_row(b.slug, b.title, b.symptom, b.needs, f"{b.world_size} (min {b.min_world_size})",
+                  f"yes (min {b.gpu.min_world_size})" if b.gpu else "no")
     console.print(t)
 
 
@@ -97,7 +102,11 @@ def main(argv=None) -> int:
         if a.json:
             print(json.dumps([{"slug": b.slug, "title": b.title, "symptom": b.symptom, "needs": b.needs,
                                "source": b.source, "world_size": b.world_size, "min_world_size": b.min_world_size,
-                               "broken": b.broken.describe(), "fixed": b.fixed.describe()} for b in bugs.values()]))
+                               "broken": b.broken.describe(), "fixed": b.fixed.describe(),
+                               "gpu": None if b.gpu is None else {
+                                   "broken": b.gpu.broken.describe(), "fixed": b.gpu.fixed.describe(),
+                                   "min_world_size": b.gpu.min_world_size, "on_gpus": b.on_gpus}}
+                              for b in bugs.values()]))
         else:
             _list(bugs)
         return 0
@@ -120,6 +129,25 @@ def _debug(a) -> str | None:
     return a.debug if a.debug and a.debug != "OFF" else None
 
 
+def visible_gpus() -> int:
+    """GPUs this process can see, counted through NVML (CUDA is not initialised here)."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def ranks_for(bug, n: int | None, gpus: int | None) -> int:
+    """The number of ranks to run: -n, else the bug's own, capped under --gpu (gpus given) at the GPUs visible."""
+    if n:
+        return n
+    return bug.world_size if gpus is None else max(min(bug.world_size, gpus), bug.gpu.min_world_size)
+
+
+def _with_gpu(bugs) -> str:
+    return ", ".join(s for s, b in bugs.items() if b.gpu) or "none"
+
+
 def _run_one(p, bugs, a) -> int:
     if not a.bug:
         p.error("name a bug (see --list)")
@@ -127,9 +155,12 @@ def _run_one(p, bugs, a) -> int:
         print(f"sandbox.repro: unknown bug {a.bug!r}; known: {', '.join(bugs)}.", file=sys.stderr)
         return 2
     bug = bugs[a.bug]
-    n = a.n or bug.world_size
-    if n < bug.min_world_size:
-        p.error(f"{bug.slug} needs at least {bug.min_world_size} ranks")
+    if a.gpu and bug.gpu is None:
+        p.error(f"{bug.slug} has no GPU form (the bugs with one: {_with_gpu(bugs)})")
+    n = ranks_for(bug, a.n, visible_gpus() if a.gpu else None)
+    least = bug.gpu.min_world_size if a.gpu else bug.min_world_size
+    if n < least:
+        p.error(f"{bug.slug} needs at least {least} ranks{' (one GPU each)' if a.gpu else ''}")
     variants = ["broken", "fixed"] if a.variant == "both" else [a.variant]
     debug = _debug(a)
     runs = []
@@ -141,12 +172,13 @@ def _run_one(p, bugs, a) -> int:
         res, ok, why = run_variant(bug, v, n, gpu=a.gpu, debug=debug, timeline=tl)
         runs.append((v, res, ok, why, tl))
         if not a.json:
-            _print_run(bug, v, res, ok, why, tl)
+            _print_run(bug, v, res, ok, why, tl, gpu=a.gpu)
     all_ok = all(ok for _, _, ok, _, _ in runs)
     if a.json:
         print(json.dumps({"bug": bug.slug, "title": bug.title, "as_documented": all_ok,
                           "explanation": explanation(bug.doc),
-                          "variants": [{"variant": v, "as_documented": ok, "expected": getattr(bug, v).describe(),
+                          "gpu": a.gpu,
+                          "variants": [{"variant": v, "as_documented": ok, "expected": bug.expect(v, a.gpu).describe(),
                                         "why_not": why, "result": res.to_dict()} for v, res, ok, why, _ in runs]}))
     else:
         print()
@@ -161,14 +193,24 @@ def _run_all(bugs, a) -> int:
 
     from sandbox.report import headline
 
+    gpus = visible_gpus() if a.gpu else None
+    if gpus is not None and gpus < 2:
+        from sandbox.launch import UsageError
+        raise UsageError(f"--all --gpu needs at least 2 GPUs (one per rank); {gpus} visible.")
     t0, rows, all_ok = time.monotonic(), [], True
     for bug in bugs.values():
-        if bug.needs == "gpu" and not a.gpu:
+        if (bug.needs == "gpu" and not a.gpu) or (a.gpu and bug.gpu is None):
             continue
-        n = a.n or bug.world_size
+        least = bug.gpu.min_world_size if a.gpu else bug.min_world_size
+        n = max(ranks_for(bug, a.n, gpus), least)
+        if gpus is not None and n > gpus:
+            rows.append({"bug": bug.slug, "variant": "both", "as_documented": None, "skipped":
+                         f"needs {n} GPUs, {gpus} visible"})
+            if not a.json:
+                print(f"{bug.slug:16} skipped: needs {n} GPUs (one per rank), {gpus} visible", flush=True)
+            continue
         for v in (["broken", "fixed"] if a.variant == "both" else [a.variant]):
-            res, ok, why = run_variant(bug, v, max(n, bug.min_world_size), gpu=a.gpu,
-                                       debug=_debug(a))
+            res, ok, why = run_variant(bug, v, n, gpu=a.gpu, debug=_debug(a))
             all_ok &= ok
             rows.append({"bug": bug.slug, "variant": v, "as_documented": ok, "why_not": why, "verdict": res.verdict,
                          "kind": res.diagnosis.kind, "wall_s": res.wall_s})
@@ -179,12 +221,15 @@ def _run_all(bugs, a) -> int:
     if a.json:
         print(json.dumps({"as_documented": all_ok, "total_s": round(total, 2), "runs": rows}))
     else:
-        good = sum(r["as_documented"] for r in rows)
-        print(f"{good}/{len(rows)} variants as documented in {total:.1f} s")
+        ran = [r for r in rows if r["as_documented"] is not None]
+        skipped = len(rows) - len(ran)
+        print(f"{sum(r['as_documented'] for r in ran)}/{len(ran)} variants as documented"
+              f"{' on GPUs (NCCL)' if a.gpu else ''} in {total:.1f} s"
+              + (f"; {skipped} bug{'s' if skipped > 1 else ''} skipped for want of GPUs" if skipped else ""))
     return 0 if all_ok else 1
 
 
-def _print_run(bug, variant, res, ok, why, timeline) -> None:
+def _print_run(bug, variant, res, ok, why, timeline, gpu=False) -> None:
     from rich.console import Console
     from rich.rule import Rule
 
@@ -195,7 +240,7 @@ def _print_run(bug, variant, res, ok, why, timeline) -> None:
     console.print(Rule(f"{bug.slug}: {variant}", align="left"))
     report.print_result(res, logs=True, max_log_lines=6)
     mark = "[green]as documented[/]" if ok else "[red]NOT as documented[/]: " + "; ".join(why)
-    console.print(f"expected: {getattr(bug, variant).describe()} -> {mark}")
+    console.print(f"expected: {bug.expect(variant, gpu).describe()} -> {mark}")
     if timeline:
         console.print(f"timeline: {timeline}")
     console.print()

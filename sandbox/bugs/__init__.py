@@ -4,7 +4,8 @@ Adding a bug is adding one module here; the CLI (`python -m sandbox.repro`), the
 registry. A module defines:
 
     BUG = Bug(slug=..., title=..., source=..., symptom=..., world_size=4, min_world_size=2, needs="cpu",
-              broken=Expect(...), fixed=Expect(...))
+              broken=Expect(...), fixed=Expect(...),
+              gpu=Gpu(broken=Expect(...), fixed=Expect(...)))   # optional: what --gpu shows
     def broken(**kw): ...      # runs on every rank, like the code of the real report
     def fixed(**kw): ...
     def reference(**kw): ...   # optional: the single-process answer the fixed variant must match
@@ -13,6 +14,10 @@ registry. A module defines:
 Nothing here imports torch, and neither does reading the registry: the parent reads each module's source (its
 docstring and its `BUG = Bug(...)` assignment, which may use only literals, Bug and Expect) without importing it, so
 `python -m sandbox.repro --list` answers at once. The modules' functions, and their torch, run in the ranks.
+
+A run without `--gpu` is a CPU run on any machine and any torch build: its ranks see no GPU (the launcher empties
+CUDA_VISIBLE_DEVICES), so `torch.cuda.is_available()` is False there and a bug's code takes its gloo path. Under
+`--gpu` each rank owns one GPU and `init()` below starts NCCL on it, as the reported code did.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ class Expect:
     """What a variant must show. Every field that is set must hold."""
     verdict: str | tuple[str, ...] = "ok"              # one verdict, or any of several (gloo hangs or aborts)
     kind: str | None = None                             # the sandbox's diagnosis kind
-    culprits: list[int] | str | None = None             # culprit ranks; "others" = every rank but 0
+    culprits: list[int] | str | None = None             # culprit ranks; "others" = every rank but 0, "odd", "upper half"
     error: str | None = None                            # a regex that some rank's error or output must match
     output: str | None = None                           # a regex that some rank's output must match
     matches_reference: bool = False                     # each rank's value equals reference() (torch.testing)
@@ -50,6 +55,15 @@ class Expect:
 
 
 @dataclass
+class Gpu:
+    """What the bug shows on real GPUs (`--gpu`: NCCL, one GPU per rank). How that differs from gloo is the
+    docstring's "On GPUs (NCCL):" paragraph, which `repro` and the docs page show."""
+    broken: Expect
+    fixed: Expect
+    min_world_size: int = 2
+
+
+@dataclass
 class Bug:
     slug: str
     title: str
@@ -61,6 +75,7 @@ class Bug:
     min_world_size: int = 2
     needs: str = "cpu"          # cpu | gpu | simulated (runs on CPU, with absent hardware simulated)
     timeout: float = 60.0
+    gpu: Gpu | None = None      # the --gpu variant; None: the bug has no GPU form
     module: str = field(default="", repr=False)
     _doc: str | None = field(default=None, repr=False, compare=False)  # the module docstring, as the registry read it
 
@@ -70,6 +85,29 @@ class Bug:
         if self._doc is None:
             self._doc = importlib.import_module(self.module).__doc__ or ""
         return self._doc
+
+    @property
+    def on_gpus(self) -> str:
+        """The docstring's "On GPUs (NCCL):" paragraph (how NCCL's behaviour differs from gloo's), or ""."""
+        m = re.search(r"^On GPUs \(NCCL\): (.*?)(?:\n\s*\n|\Z)", self.doc, re.S | re.M)
+        return " ".join(m.group(1).split()) if m else ""
+
+    def expect(self, variant: str, gpu: bool = False) -> Expect:
+        """What `variant` ("broken" or "fixed") must show, on gloo or (gpu=True) on NCCL."""
+        return getattr(self.gpu if gpu else self, variant)
+
+
+def init(timeout_s: float = 60.0, **kwargs):
+    """init_process_group as the reported code calls it: NCCL when the rank has a GPU (`--gpu`), gloo otherwise.
+    Returns the device this rank's tensors live on: its own GPU under NCCL, the CPU under gloo."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()  # True only under --gpu: the ranks of a CPU run see no GPU
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    return torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
 
 
 def registry() -> dict[str, Bug]:
@@ -93,9 +131,9 @@ def read_bug(path: str, module: str) -> Bug | None:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["BUG"]:
             try:
                 bug = eval(compile(ast.Expression(node.value), path, "eval"),  # noqa: S307  our own literals
-                           {"__builtins__": {}, "Bug": Bug, "Expect": Expect})
+                           {"__builtins__": {}, "Bug": Bug, "Expect": Expect, "Gpu": Gpu})
             except NameError as e:
-                raise ValueError(f"{path}:{node.lineno}: BUG may use only literals, Bug and Expect ({e})") from None
+                raise ValueError(f"{path}:{node.lineno}: BUG may use only literals, Bug, Expect and Gpu ({e})") from None
             if not isinstance(bug, Bug):
                 raise ValueError(f"{path}:{node.lineno}: BUG is not a Bug(...)")
             bug.module, bug._doc = module, ast.get_docstring(tree, clean=False) or ""
@@ -115,7 +153,7 @@ def check(bug: Bug, expect: Expect, res, reference=None, debug: bool = False) ->
     if expect.kind and res.diagnosis.kind != expect.kind:
         why.append(f"diagnosis {res.diagnosis.kind}, expected {expect.kind}")
     if expect.culprits is not None:
-        want = list(range(1, res.world_size)) if expect.culprits == "others" else expect.culprits
+        want = culprit_ranks(expect.culprits, res.world_size)
         if res.diagnosis.culprit_ranks != want:
             why.append(f"culprits {res.diagnosis.culprit_ranks}, expected {want}")
     texts = [(r.error or {}).get("message", "") + "\n" + r.output for r in res.ranks] + [res.diagnosis.summary]
@@ -136,6 +174,13 @@ def check(bug: Bug, expect: Expect, res, reference=None, debug: bool = False) ->
                 if not close(got, want):
                     why.append(f"rank {r.rank} differs from the single-process reference: {_brief(got)} != {_brief(want)}")
     return not why, why
+
+
+def culprit_ranks(culprits: list[int] | str, world_size: int) -> list[int]:
+    """An Expect's culprits for a run of `world_size` ranks."""
+    named = {"others": range(1, world_size), "odd": range(1, world_size, 2),
+             "upper half": range(world_size // 2, world_size)}
+    return list(named[culprits]) if isinstance(culprits, str) else culprits
 
 
 def _reference_of(res):

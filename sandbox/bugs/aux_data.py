@@ -10,13 +10,19 @@ resumed ranks all_gather their first token while the others are still in the pol
 
 Root cause: the request's allocation is two runs of 16 blocks (blocks 0-15 and 16-31). The sender writes the
 metadata (sent_tokens, actual_total_length) only into the first block of each run. TP rank r reads block 8*r:
-TP0 reads block 0 and TP2 block 16 (metadata), TP1 block 8 and TP3 block 24 (zeros). The poll status is
+TP0 reads block 0 and TP2 block 16 (metadata), TP1 block 8 and TP3 block 24 (zeros). (A run always spans two TP
+ranks' slices, so with 2 ranks TP1 reads zeros; with any even TP size the odd ranks do.) The poll status is
 synced with all_reduce, so every rank sees "transfer done", but each then checks its own metadata: half of them
 find zeros and disagree with the others about what happens next.
 
 Fix: all_reduce(MAX) `actual_total_length` and `sent_tokens` over a gloo group right after reading; ranks without
 metadata take part with placeholders (their zeros), so every rank sees the real values, runs the same steps and
 resumes.
+
+On GPUs (NCCL): the same mismatch, named the same way, but NCCL hangs in the GPU stream, not in Python: the
+status all_reduce and the token all_gather are queued and return at once, and the ranks then wait in `.item()`
+for kernels that never finish (or, with 2 ranks, in `destroy_process_group` behind a peer's unfinished call).
+The sandbox sees it from the calls still in flight on the GPU.
 
 Run: python -m sandbox.repro aux-data
     broken: HANG [collective_mismatch]: 4 ranks in 2.32 s
@@ -27,61 +33,65 @@ Run: python -m sandbox.repro aux-data
     fixed: OK: 4 ranks in 1.29 s
       expected: ok, = single-process reference -> as documented
 """
-import datetime
 
 import torch
 import torch.distributed as dist
 
-from sandbox.bugs import Bug, Expect
+from sandbox.bugs import Bug, Expect, Gpu, init
 
 BUG = Bug(
     slug="aux-data", title="Metadata in the first block only: half the TP ranks read zeros",
     source="embedding -> language handoff in disaggregated serving (a real report)",
     symptom="TP1/TP3: Unexpected: Transferring status but sent_tokens=0 >= actual_total_length=0",
-    world_size=4, min_world_size=4, needs="cpu",
-    broken=Expect(("hang", "crash"), "collective_mismatch", [1, 3],
+    world_size=4, min_world_size=2, needs="cpu",
+    broken=Expect(("hang", "crash"), "collective_mismatch", "odd",
                   output=r"Unexpected: Transferring status but sent_tokens=0 >= actual_total_length=0"),
-    fixed=Expect("ok", matches_reference=True))
+    fixed=Expect("ok", matches_reference=True),
+    gpu=Gpu(broken=Expect(("hang", "crash"), "collective_mismatch", "odd",
+                          output=r"Unexpected: Transferring status but sent_tokens=0 >= actual_total_length=0"),
+            fixed=Expect("ok", matches_reference=True)))
 
-BLOCKS, BLOCKS_PER_RUN, TP = 32, 16, 4
+BLOCKS, TP_SLICES_PER_RUN = 32, 2
 TRANSFERRING, SUCCESS = 1, 2
 PROMPT_TOKENS = 37
 
 
-def embedding_side():
-    """The sender: the request's embeddings fill all blocks; its metadata goes to the first block of each run."""
+def embedding_side(tp_size):
+    """The sender: the request's embeddings fill all blocks; its metadata goes to the first block of each run
+    (a run spans the slices of two TP ranks: blocks 0-15 and 16-31 with TP=4)."""
     meta = torch.zeros(BLOCKS, 2, dtype=torch.int64)  # per block: (sent_tokens, actual_total_length)
-    for first in range(0, BLOCKS, BLOCKS_PER_RUN):
+    for first in range(0, BLOCKS, TP_SLICES_PER_RUN * BLOCKS // tp_size):
         meta[first] = torch.tensor([PROMPT_TOKENS, PROMPT_TOKENS])  # BUG (sender): first block of the run only
     return meta
 
 
 def language_side(sync_metadata):
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    tp = dist.get_rank()
-    cpu_group = dist.new_group(list(range(dist.get_world_size())), backend="gloo")
-    block = tp * (BLOCKS // TP)  # each TP rank reads the first block of its own slice
-    sent_tokens, actual_total_length = (int(v) for v in embedding_side()[block])
+    device = init()  # gloo on CPU; NCCL with --gpu, where the TP syncs run on the GPU
+    tp, tp_size = dist.get_rank(), dist.get_world_size()
+    cpu_group = dist.new_group(list(range(tp_size)), backend="gloo")
+    tp_group = cpu_group if device.type == "cpu" else None  # the TP group: the NCCL world under --gpu
+    block = tp * (BLOCKS // tp_size)  # each TP rank reads the first block of its own slice
+    sent_tokens, actual_total_length = (int(v) for v in embedding_side(tp_size)[block])
     if sync_metadata:  # FIX: every rank takes part; ranks without metadata bring their zeros as placeholders
         meta = torch.tensor([sent_tokens, actual_total_length])
         dist.all_reduce(meta, op=dist.ReduceOp.MAX, group=cpu_group)
         sent_tokens, actual_total_length = (int(v) for v in meta)
     print(f"TP{tp}: block {block}: sent_tokens={sent_tokens} actual_total_length={actual_total_length}")
     for poll in range(3):
-        status = torch.tensor([SUCCESS])  # the transfer engine reports the pages as delivered
-        dist.all_reduce(status, op=dist.ReduceOp.MIN, group=cpu_group)  # the poll status sync
+        status = torch.tensor([SUCCESS], device=device)  # the transfer engine reports the pages as delivered
+        dist.all_reduce(status, op=dist.ReduceOp.MIN, group=tp_group)  # the poll status sync
         done = status.item() == SUCCESS and actual_total_length > 0 and sent_tokens >= actual_total_length
         if done:
             break
         print(f"TP{tp}: Unexpected: Transferring status but sent_tokens={sent_tokens} >= "
-              f"actual_total_length={actual_total_length}")
-    print(f"TP{tp}: resume with {actual_total_length} prompt tokens")
-    token = torch.tensor([actual_total_length * 7 % 101])  # stand-in for the first decoded token
-    tokens = [torch.zeros(1, dtype=token.dtype) for _ in range(dist.get_world_size())]
-    dist.all_gather(tokens, token, group=cpu_group)  # the next sync after resuming: every TP rank's first token
+              f"actual_total_length={actual_total_length}", flush=True)
+    print(f"TP{tp}: resume with {actual_total_length} prompt tokens", flush=True)
+    token = torch.tensor([actual_total_length * 7 % 101], device=device)  # stand-in for the first decoded token
+    tokens = [torch.zeros(1, dtype=token.dtype, device=device) for _ in range(tp_size)]
+    dist.all_gather(tokens, token, group=tp_group)  # the next sync after resuming: every TP rank's first token
+    first_tokens = [t.item() for t in tokens]
     dist.destroy_process_group()
-    return {"sent_tokens": sent_tokens, "actual_total_length": actual_total_length,
-            "first_tokens": [t.item() for t in tokens]}
+    return {"sent_tokens": sent_tokens, "actual_total_length": actual_total_length, "first_tokens": first_tokens}
 
 
 def broken():

@@ -17,7 +17,15 @@ Fix: `.to(device)` every tensor of the share before stacking.
 Simulated on CPU: the devices are FakeTensors on "cuda:N" carrying their values beside them; they travel through
 the real `all_gather_object` over gloo and come back on their original device; `torch.stack` raises PyTorch's
 own device-mismatch check ("Expected all tensors to be on the same device, but found at least two devices,
-cuda:0 and cuda:1!"). With `--gpu` on 2 or more GPUs it is the real CUDA error.
+cuda:0 and cuda:1!"; torch 2.11's FakeTensor words the same check "Unhandled FakeTensor Device Propagation for
+aten.stack.default, found two different devices cuda:0, cuda:1", which the sandbox gives in the later words).
+A CPU run never touches real CUDA, on a CUDA build with GPUs too. With `--gpu` on 2 or more GPUs it is the real
+CUDA error.
+
+On GPUs (NCCL): the real thing. `all_gather_object` unpickles every sample onto the GPU it left from, and
+CUDA's own check refuses the stack in the words of the report: "Expected all tensors to be on the same device,
+but got tensors is on cuda:1, different from other tensors on cuda:0 (when checking argument in method
+wrapper_CUDA_cat)". The CPU run's FakeTensors raise the same check in FakeTensor's words.
 
 Run: python -m sandbox.repro cross-device
     broken: ERROR [rank_error]: 4 ranks in 3.47 s
@@ -39,7 +47,7 @@ import torch._subclasses.fake_tensor  # noqa: F401  imported once in the zygote,
 import torch.distributed as dist
 
 from sandbox import simulate
-from sandbox.bugs import Bug, Expect
+from sandbox.bugs import Bug, Expect, Gpu
 
 BUG = Bug(
     slug="cross-device", title="torch.stack over samples gathered from every GPU",
@@ -47,10 +55,13 @@ BUG = Bug(
     symptom="RuntimeError: Expected all tensors to be on the same device ...",
     world_size=4, min_world_size=2, needs="simulated",
     broken=Expect("error", "rank_error", error=r"Expected all tensors to be on the same device"),
-    fixed=Expect("ok", matches_reference=True))
+    fixed=Expect("ok", matches_reference=True),
+    gpu=Gpu(broken=Expect("error", "rank_error", error=r"Expected all tensors to be on the same device, but got "
+                                                       r"tensors is on cuda:\d, different from other tensors on cuda:\d"),
+            fixed=Expect("ok", matches_reference=True)))
 
 SAMPLES_PER_RANK = 2
-if not torch.cuda.is_available():  # NVML-based in the sandbox: no CUDA initialised before the fork
+if not torch.cuda.is_available():  # a CPU run (its zygote sees no GPU): no real CUDA for the fakes to touch
     simulate.warm()  # imported by the zygote: every rank starts with FakeTensors ready
 
 
@@ -59,7 +70,7 @@ def generate(rank, device):
     samples = []
     for i in range(SAMPLES_PER_RANK):
         rewards = torch.rand(3, generator=g)
-        if device.type == "cuda" and torch.cuda.is_available():
+        if torch.cuda.is_available():  # --gpu: this rank's real GPU
             samples.append({"rewards": rewards.to(device)})
         else:  # SIMULATED: a tensor on cuda:<rank> that pickles back onto cuda:<rank>
             samples.append(simulate.DeviceSample(rewards=simulate.on_device(rewards, str(device))))
@@ -67,18 +78,18 @@ def generate(rank, device):
 
 
 def _run(move):
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(seconds=60))
+    real = torch.cuda.is_available()  # only under --gpu: a CPU run's ranks see no GPU
+    dist.init_process_group("nccl" if real else "gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-    if not torch.cuda.is_available():
-        print(f"rank {rank}: devices are simulated (no GPU here): cuda:{rank} is a FakeTensor device")
+    if not real:
+        print(f"rank {rank}: devices are simulated (a CPU run): cuda:{rank} is a FakeTensor device")
     pool = [None] * world
     dist.all_gather_object(pool, generate(rank, device))  # every rank's samples, each on its sender's device
     pool = [s for per_rank in pool for s in per_rank]
     share = pool[rank::world]  # this rank's share of the global pool: samples from several ranks
     print(f"rank {rank}: share on {[str(s['rewards'].device) for s in share]}")
-    fake = simulate.fake_mode() if not torch.cuda.is_available() else contextlib.nullcontext()
-    with fake:
+    with (contextlib.nullcontext() if real else simulate.devices_checked()):
         if move:
             rewards = torch.stack([s["rewards"].to(device) for s in share])  # FIX: bring the share to this device
         else:

@@ -15,6 +15,10 @@ buffers: every rank allocates the output from its own idea of the size, and the 
 Fix: gather the lengths first, pad every contribution to the longest, all_gather the padded tensors, then cut
 each one back to its real length.
 
+On GPUs (NCCL): no error at all. NCCL checks no sizes: each rank's all_gather kernel waits for bytes that
+never come, a silent hang in the GPU stream where gloo aborts a rank with a size error. The sandbox names it from
+the calls still in flight: the same collective mismatch, shapes [2] and [3].
+
 Run: python -m sandbox.repro gather-uneven
     broken: CRASH [collective_mismatch]: 4 ranks in 1.17 s
       Collective mismatch at call #1 of group [0, 1, 2, 3]: rank 0 calls all_gather(shape [2], float32) at
@@ -28,12 +32,10 @@ Run: python -m sandbox.repro gather-uneven
     fixed: OK: 4 ranks in 1.18 s
       expected: ok, = single-process reference -> as documented
 """
-import datetime
-
 import torch
 import torch.distributed as dist
 
-from sandbox.bugs import Bug, Expect
+from sandbox.bugs import Bug, Expect, Gpu, init
 
 BUG = Bug(
     slug="gather-uneven", title="all_gather with a different length on every rank",
@@ -41,32 +43,35 @@ BUG = Bug(
     symptom="the all_gather hangs or aborts with a size mismatch",
     world_size=4, min_world_size=2, needs="cpu",
     broken=Expect(("hang", "crash"), "collective_mismatch", note="shapes differ at the same call"),
-    fixed=Expect("ok", matches_reference=True))
+    fixed=Expect("ok", matches_reference=True),
+    gpu=Gpu(broken=Expect("hang", "collective_mismatch"), fixed=Expect("ok", matches_reference=True)))
 
 
-def items(rank):
-    return torch.arange(rank + 2, dtype=torch.float32) + 10 * rank  # rank r holds r + 2 items
+def items(rank, device="cpu"):
+    return torch.arange(rank + 2, dtype=torch.float32, device=device) + 10 * rank  # rank r holds r + 2 items
 
 
 def broken():
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    device = init()  # gloo on CPU; NCCL with --gpu
     rank, world = dist.get_rank(), dist.get_world_size()
-    mine = items(rank)
+    mine = items(rank, device)
     out = [torch.empty_like(mine) for _ in range(world)]  # BUG: assumes every rank has as many as this one
     dist.all_gather(out, mine)
-    return [t.tolist() for t in out]
+    got = [t.tolist() for t in out]
+    dist.destroy_process_group()
+    return got
 
 
 def fixed():
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    device = init()
     rank, world = dist.get_rank(), dist.get_world_size()
-    mine = items(rank)
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([len(mine)]))  # FIX: first agree on the sizes
+    mine = items(rank, device)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([len(mine)], device=device))  # FIX: first agree on the sizes
     longest = max(int(s) for s in sizes)
-    padded = torch.zeros(longest)
+    padded = torch.zeros(longest, device=device)
     padded[:len(mine)] = mine
-    out = [torch.empty(longest) for _ in range(world)]
+    out = [torch.empty(longest, device=device) for _ in range(world)]
     dist.all_gather(out, padded)
     dist.destroy_process_group()
     return [t[:int(n)].tolist() for t, n in zip(out, sizes)]

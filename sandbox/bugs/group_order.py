@@ -19,6 +19,11 @@ peers that are creating something else. With disjoint groups the same mistake ca
 Fix: build every group on every rank, in one order computed the same way everywhere; put a barrier between the
 stages (TP groups, SP groups, SP setup) so a mismatch shows up at the stage that caused it.
 
+On GPUs (NCCL): every `new_group` returns at once on every rank (NCCL communicators are created lazily, at a
+group's first collective), so the run gets past group creation and hangs later, at the first collective on a
+mismatched group: here the sequence-parallel `all_gather_object`, after "Before sequence-parallel setup". The
+sandbox still names the new_group call that created the groups differently.
+
 Run: python -m sandbox.repro group-order
     broken: HANG [group_mismatch]: 4 ranks in 2.17 s
       The ranks created process groups differently at their new_group call #1: ranks 0 and 1 created [0, 1];
@@ -28,11 +33,9 @@ Run: python -m sandbox.repro group-order
     fixed: OK: 4 ranks in 1.18 s
       expected: ok, = single-process reference -> as documented
 """
-import datetime
-
 import torch.distributed as dist
 
-from sandbox.bugs import Bug, Expect
+from sandbox.bugs import Bug, Expect, Gpu, init
 
 BUG = Bug(
     slug="group-order", title="new_group called in a different order on some ranks",
@@ -40,7 +43,9 @@ BUG = Bug(
     symptom="initialisation of model-parallel groups hangs between 'Before new_group' and 'After new_group'",
     world_size=4, min_world_size=4, needs="cpu",
     broken=Expect("hang", "group_mismatch", [2, 3], output=r"Before new_group tp"),
-    fixed=Expect("ok", matches_reference=True))
+    fixed=Expect("ok", matches_reference=True),
+    gpu=Gpu(broken=Expect("hang", "group_mismatch", output=r"Before sequence-parallel setup"),
+            fixed=Expect("ok", matches_reference=True), min_world_size=4))
 
 TP = 2
 
@@ -60,7 +65,7 @@ def make(name, ranks):
 
 
 def initialize_model_parallel(same_order):
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    init()  # gloo on CPU; NCCL with --gpu, and new_group's groups with it
     rank, world = dist.get_rank(), dist.get_world_size()
     tp_groups, sp_groups = groups(world)
     stages = [("tp", tp_groups), ("sp", sp_groups)]

@@ -13,6 +13,9 @@ stores: the driver waits for peers that are knocking on another door.
 
 Fix: pass the launcher's `distributed_init_method` (`env://`) to every worker, never a literal port.
 
+On GPUs (NCCL): the same. The rendezvous (the TCP store of `init_method`) comes before any backend, so rank 0
+waits at one endpoint and the others at another whatever the backend.
+
 Run: python -m sandbox.repro init-port
     broken: HANG [init_mismatch]: 4 ranks in 2.15 s
       The ranks disagree on the rendezvous, so they can never meet: rank 0 at 127.0.0.1:33387 (world size 4,
@@ -25,14 +28,13 @@ Run: python -m sandbox.repro init-port
 (The reported code hard-coded port 29500; the sandbox uses a free stand-in port so it never depends on 29500 being
 free.)
 """
-import datetime
 import os
 import socket
 
 import torch
 import torch.distributed as dist
 
-from sandbox.bugs import Bug, Expect
+from sandbox.bugs import Bug, Expect, Gpu, init
 
 BUG = Bug(
     slug="init-port", title="A hard-coded rendezvous port on one init path",
@@ -40,7 +42,8 @@ BUG = Bug(
     symptom="only worker 0 gets through init; the others hang in init_process_group",
     world_size=4, min_world_size=2, needs="cpu",
     broken=Expect("hang", "init_mismatch", "others", note="ranks 1.. knock on the hard-coded port"),
-    fixed=Expect("ok", matches_reference=True))
+    fixed=Expect("ok", matches_reference=True),
+    gpu=Gpu(broken=Expect("hang", "init_mismatch", "others"), fixed=Expect("ok", matches_reference=True)))
 
 HARD_CODED = 29500  # what the reported code hard-codes
 
@@ -54,9 +57,8 @@ def options(world_size, gpu):
 def init_worker(distributed_init_method):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     print(f"worker {rank}: init_process_group({distributed_init_method!r})")
-    dist.init_process_group("gloo", init_method=distributed_init_method, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
-    t = torch.tensor([float(rank)])
+    device = init(init_method=distributed_init_method, rank=rank, world_size=world)  # gloo; NCCL with --gpu
+    t = torch.tensor([float(rank)], device=device)
     dist.all_reduce(t)
     dist.destroy_process_group()
     return t.item()

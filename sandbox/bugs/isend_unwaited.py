@@ -14,6 +14,11 @@ than when the timing is unlucky.
 
 Fix: keep the Work and `wait()` on it before leaving (or before touching the tensor).
 
+On GPUs (NCCL): the message is not lost. The sender returns from `isend`, but its process does not end while
+the send is still pending on the GPU (2 H200s, torch 2.11: still alive 20 s after returning), so the receiver
+gets the data once it posts its recv, and the broken variant completes. Were the recv never posted, the sender
+would never exit: the contract (wait on the request) is broken on NCCL too.
+
 Run: python -m sandbox.repro isend-unwaited
     broken: ERROR [rank_error]: 2 ranks in 1.09 s
       Rank 1 raised RuntimeError: Read error [127.0.0.1]:9110: Connection reset by peer at
@@ -22,14 +27,13 @@ Run: python -m sandbox.repro isend-unwaited
     fixed: OK: 2 ranks in 1.05 s
       expected: ok, = single-process reference -> as documented
 """
-import datetime
 import os
 import time
 
 import torch
 import torch.distributed as dist
 
-from sandbox.bugs import Bug, Expect
+from sandbox.bugs import Bug, Expect, Gpu, init
 
 BUG = Bug(
     slug="isend-unwaited", title="An isend whose sender leaves before it is waited on",
@@ -37,25 +41,31 @@ BUG = Bug(
     symptom="the receiver fails with 'Connection closed by peer'",
     world_size=2, min_world_size=2, needs="cpu",
     broken=Expect("error", error=r"Connection closed by peer|Connection reset by peer"),
-    fixed=Expect("ok", matches_reference=True))
+    fixed=Expect("ok", matches_reference=True),
+    gpu=Gpu(broken=Expect("ok", output=r"its process has not ended"),
+            fixed=Expect("ok", matches_reference=True)))
 
 
 def _exchange(wait_before_leaving):
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    device = init(timeout_s=30)  # gloo on CPU; NCCL with --gpu
     rank = dist.get_rank()
     store = dist.distributed_c10d._get_default_store()
     if rank == 0:
         store.set("sender_pid", str(os.getpid()))
-        work = dist.isend(torch.arange(4, dtype=torch.float32), dst=1)
+        work = dist.isend(torch.arange(4, dtype=torch.float32, device=device), dst=1)
         if wait_before_leaving:
             work.wait()  # FIX: the send is complete before this rank moves on
         return "sent"  # BUG (broken variant): leaves with the send still pending
     pid = int(store.get("sender_pid"))
     if not wait_before_leaving:  # make the race deterministic: receive only once the sender is gone
-        deadline = time.monotonic() + 20
+        patience = 3 if device.type == "cuda" else 20  # on NCCL the sender's process cannot end: see the docstring
+        deadline = time.monotonic() + patience
         while time.monotonic() < deadline and _alive(pid):
             time.sleep(0.01)
-    got = torch.empty(4)
+        if _alive(pid):
+            print(f"rank 1: rank 0 returned without waiting, yet its process has not ended after {patience} s "
+                  "(its send is still running on the GPU); receiving now", flush=True)
+    got = torch.empty(4, device=device)
     dist.irecv(got, src=0).wait()
     return got.tolist()
 

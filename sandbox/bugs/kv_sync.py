@@ -22,6 +22,13 @@ for every send the matching receive must already be reachable on the peer; other
 The model is a small Qwen-like decoder with random weights (sandbox/models/tiny_qwen.py, plain PyTorch); the
 decoded tokens of every rank must equal a single-process run.
 
+On GPUs (NCCL): at this model's size the all-at-once exchange completes. NCCL's `send` returns to Python at
+once and small messages are buffered on a connected pair (the prefill's pipeline has connected rank 0 to
+rank 1), so both ranks reach their recvs. The order is still wrong: on a fresh communicator, both ranks sending
+first deadlocks on NCCL at every size measured, 1 KB to 16 MB (the sandbox names the cycle in about 5 s), and
+with `device_id` given to init_process_group it hangs at 1 KB, raises "unhandled cuda error" at 1 MB and aborts
+the process (SIGABRT) at 16 MB (2 H200s, torch 2.11; benchmarks/nccl_kv_exchange.py measures it).
+
 Run: python -m sandbox.repro kv-sync
     broken: HANG [p2p_cycle]: 3 ranks in 2.16 s
       Point-to-point cycle: rank 0 blocks in send to rank 1 at sandbox/bugs/kv_sync.py:80; rank 1 blocks in
@@ -32,12 +39,10 @@ Run: python -m sandbox.repro kv-sync
     fixed: OK: 3 ranks in 1.33 s
       expected: ok, = single-process reference -> as documented
 """
-import datetime
-
 import torch
 import torch.distributed as dist
 
-from sandbox.bugs import Bug, Expect
+from sandbox.bugs import Bug, Expect, Gpu, init
 from sandbox.models.tiny_qwen import Config, TinyQwen, generate
 
 BUG = Bug(
@@ -46,7 +51,8 @@ BUG = Bug(
     symptom="the run hangs in the cache-sync stage, every rank blocked in send",
     world_size=3, min_world_size=2, needs="cpu",
     broken=Expect("hang", "p2p_cycle", note="every rank starts with a blocking send"),
-    fixed=Expect("ok", matches_reference=True))
+    fixed=Expect("ok", matches_reference=True),
+    gpu=Gpu(broken=Expect("ok"), fixed=Expect("ok", matches_reference=True)))
 
 PROMPT = [3, 17, 42, 8, 99, 23, 5, 61, 77, 12, 150, 9]
 CHUNK, STEPS, SEED = 4, 8, 0
@@ -58,28 +64,28 @@ def owners(world, layers):
 
 
 @torch.no_grad()
-def prefill(model, rank, world, mine):
+def prefill(model, rank, world, mine, device):
     """Pipeline over layers, chunks of the sequence flowing through it: rank r runs its layers on chunk c while
     rank r-1 already runs chunk c+1."""
     cache, h = {}, None
     for start in range(0, len(PROMPT), CHUNK):
         n = len(PROMPT[start:start + CHUNK])
         if rank == 0:
-            h = model.embed(torch.tensor(PROMPT[start:start + CHUNK]))
+            h = model.embed(torch.tensor(PROMPT[start:start + CHUNK], device=device))
         else:
-            h = torch.empty(n, model.c.dim)
+            h = torch.empty(n, model.c.dim, device=device)
             dist.recv(h, src=rank - 1)
         h = model.layers_forward(h, mine, cache, start)
         if rank < world - 1:
             dist.send(h, dst=rank + 1)
-    token = torch.tensor([model.next_token(h) if rank == world - 1 else 0])
+    token = torch.tensor([model.next_token(h) if rank == world - 1 else 0], device=device)
     dist.broadcast(token, src=world - 1)  # the last stage picks the first new token
     return cache, token.item()
 
 
 def _buffers(model, n):
-    hd = model.c.dim // model.c.heads
-    return torch.empty(model.c.kv_heads, n, hd), torch.empty(model.c.kv_heads, n, hd)
+    hd, device = model.c.dim // model.c.heads, model.embed.weight.device
+    return torch.empty(model.c.kv_heads, n, hd, device=device), torch.empty(model.c.kv_heads, n, hd, device=device)
 
 
 def sync_all_at_once(model, cache, rank, world, own):
@@ -126,30 +132,31 @@ def decode(model, cache, first):
     out = [first]
     for _ in range(STEPS - 1):
         start = len(PROMPT) + len(out) - 1
-        h = model.layers_forward(model.embed(torch.tensor(out[-1:])), range(model.c.layers), cache, start)
+        h = model.layers_forward(model.embed(torch.tensor(out[-1:], device=model.embed.weight.device)), range(model.c.layers),
+                                 cache, start)
         out.append(model.next_token(h))
     return out
 
 
 def _setup():
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    device = init()  # gloo on CPU; NCCL with --gpu, the model and its cache on this rank's GPU
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = TinyQwen(Config(), seed=SEED)
+    model = TinyQwen(Config(), seed=SEED).to(device)
     own = owners(world, model.c.layers)
-    return model, rank, world, own, [layer for layer, o in own.items() if o == rank]
+    return model, rank, world, own, [layer for layer, o in own.items() if o == rank], device
 
 
 def broken():
-    model, rank, world, own, mine = _setup()
-    cache, first = prefill(model, rank, world, mine)
+    model, rank, world, own, mine, device = _setup()
+    cache, first = prefill(model, rank, world, mine, device)
     print(f"rank {rank}: prefill done for layers {mine}; syncing the cache of all layers at once")
     sync_all_at_once(model, cache, rank, world, own)
     return decode(model, cache, first)
 
 
 def fixed():
-    model, rank, world, own, mine = _setup()
-    cache, first = prefill(model, rank, world, mine)
+    model, rank, world, own, mine, device = _setup()
+    cache, first = prefill(model, rank, world, mine, device)
     tokens = {}
     for strategy in ("pairwise", "ring"):
         synced = {layer: kv for layer, kv in cache.items()}

@@ -14,6 +14,11 @@ number, different collectives: a collective mismatch.
 Fix: decide on the global count (all_reduce the kept samples), so all ranks resample together; then gather
 everything into one global pool of 64 and let each rank slice its 16.
 
+On GPUs (NCCL): the same mismatch (resampling ranks broadcast, finished ranks all_gather_object), but the
+calls are queued on the GPU and return to Python; the ranks then wait in CUDA for kernels that never finish. The
+sandbox names it from the calls still in flight. (Both backends need 4 ranks: with 2, this data happens to reach
+the batch in the same round on every rank.)
+
 Run: python -m sandbox.repro resample-desync
     broken: HANG [collective_mismatch]: 4 ranks in 2.08 s
       Collective mismatch at call #3 of group [0, 1, 2, 3]: ranks 0-2 call all_gather_object() at
@@ -23,20 +28,21 @@ Run: python -m sandbox.repro resample-desync
     fixed: OK: 4 ranks in 1.21 s
       expected: ok, = single-process reference -> as documented
 """
-import datetime
 
 import torch
 import torch.distributed as dist
 
-from sandbox.bugs import Bug, Expect
+from sandbox.bugs import Bug, Expect, Gpu, init
 
 BUG = Bug(
     slug="resample-desync", title="Dynamic sampling: ranks decide locally to resample",
     source="dynamic sampling in an RL trainer (a real report)",
     symptom="the training step deadlocks while some ranks resample and others build the pool",
-    world_size=4, min_world_size=2, needs="cpu",
+    world_size=4, min_world_size=4, needs="cpu",
     broken=Expect("hang", "collective_mismatch", note="resampling ranks broadcast, finished ranks all_gather_object"),
-    fixed=Expect("ok", matches_reference=True))
+    fixed=Expect("ok", matches_reference=True),
+    gpu=Gpu(broken=Expect("hang", "collective_mismatch"), fixed=Expect("ok", matches_reference=True),
+            min_world_size=4))
 
 GLOBAL_BATCH = 64
 PROMPTS_PER_ROUND = 12
@@ -49,26 +55,26 @@ def generate(rank, round_, prompts):
     return [(int(p), round(float(s), 4)) for p, s in zip(prompts, spread)]
 
 
-def next_prompts(round_):
+def next_prompts(round_, device="cpu"):
     if dist.get_rank() == 0:
-        prompts = torch.arange(round_ * PROMPTS_PER_ROUND, (round_ + 1) * PROMPTS_PER_ROUND)
+        prompts = torch.arange(round_ * PROMPTS_PER_ROUND, (round_ + 1) * PROMPTS_PER_ROUND, device=device)
     else:
-        prompts = torch.empty(PROMPTS_PER_ROUND, dtype=torch.int64)
+        prompts = torch.empty(PROMPTS_PER_ROUND, dtype=torch.int64, device=device)
     dist.broadcast(prompts, src=0)  # the shared sampler: every rank gets this round's prompts
     return prompts.tolist()
 
 
 def dynamic_sampling(global_decision):
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    device = init()  # gloo on CPU; NCCL with --gpu
     rank, world = dist.get_rank(), dist.get_world_size()
     per_rank = GLOBAL_BATCH // world
     kept, round_ = [], 0
     while True:
-        batch = generate(rank, round_, next_prompts(round_))
+        batch = generate(rank, round_, next_prompts(round_, device))
         kept += [s for s in batch if s[1] > 0]  # filter groups with no reward signal
         round_ += 1
         if global_decision:
-            total = torch.tensor([len(kept)])
+            total = torch.tensor([len(kept)], device=device)
             dist.all_reduce(total)  # FIX: one decision for all ranks, on the global count
             enough = total.item() >= GLOBAL_BATCH
         else:

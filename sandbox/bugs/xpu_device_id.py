@@ -16,6 +16,11 @@ Fix: pass `device_id` only where it belongs (CUDA/ROCm with NCCL), not for XPU/X
 Simulated: this machine has no XPU. The "xccl" backend is a registered stand-in (gloo underneath, devices=["xpu"])
 and torch.accelerator answers "xpu" inside the ranks; the error is raised by PyTorch's own new_group code.
 
+On GPUs (NCCL): the CUDA code this port started from, with `device_id=cuda:i`, works: `new_group(backend=
+"gloo")` inherits the bound cuda device, and gloo is registered for "cpu" and "cuda"
+(`dist.Backend.backend_capability["gloo"]`, printed by every rank). Both variants pass; that is the root cause
+seen from the other side: only a device type gloo does not list, such as xpu, breaks.
+
 Run: python -m sandbox.repro xpu-device-id
     broken: ERROR [rank_error]: 4 ranks in 1.19 s
       Rank 0 raised RuntimeError: No backend type associated with device type xpu at
@@ -32,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from sandbox import simulate
-from sandbox.bugs import Bug, Expect
+from sandbox.bugs import Bug, Expect, Gpu
 
 BUG = Bug(
     slug="xpu-device-id", title="device_id on XPU breaks new_group(backend='gloo')",
@@ -40,14 +45,22 @@ BUG = Bug(
     symptom="RuntimeError: No backend type associated with device type xpu",
     world_size=4, min_world_size=1, needs="simulated",
     broken=Expect("error", "rank_error", error=r"No backend type associated with device type xpu"),
-    fixed=Expect("ok", matches_reference=True))
+    fixed=Expect("ok", matches_reference=True),
+    gpu=Gpu(broken=Expect("ok", output=r"nccl bound to cuda:0; gloo serves \['cpu', 'cuda'\]"),
+            fixed=Expect("ok", matches_reference=True)))
 
 
 def _setup(pass_device_id):
-    simulate.xpu()  # SIMULATED: an XCCL backend and XPU devices on a CPU build
     rank = int(os.environ["RANK"])
-    kwargs = {"device_id": torch.device("xpu", rank)} if pass_device_id else {}
-    dist.init_process_group(simulate.XPU_BACKEND, timeout=datetime.timedelta(seconds=60), **kwargs)
+    if torch.cuda.is_available():  # --gpu: the CUDA code this port started from, with NCCL on real GPUs
+        kind, backend = "cuda", "nccl"
+    else:
+        simulate.xpu()  # SIMULATED: an XCCL backend and XPU devices on a CPU build
+        kind, backend = "xpu", simulate.XPU_BACKEND
+    kwargs = {"device_id": torch.device(kind, rank)} if pass_device_id else {}
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=60), **kwargs)
+    print(f"rank {rank}: {backend} bound to {kwargs.get('device_id', 'no device')}; gloo serves "
+          f"{dist.Backend.backend_capability['gloo']}", flush=True)
     cpu_group = dist.new_group(list(range(dist.get_world_size())), backend="gloo")  # for CPU-side metadata
     t = torch.tensor([float(rank)])
     dist.all_reduce(t, group=cpu_group)

@@ -38,7 +38,7 @@ class RMSNorm(nn.Module):
 def rope(x, positions, theta):
     """Rotate pairs of features by position (the half-split layout Qwen uses)."""  # x: (heads, seq, head_dim)
     half = x.shape[-1] // 2
-    freqs = theta ** (-torch.arange(half, dtype=torch.float32) / half)
+    freqs = theta ** (-torch.arange(half, dtype=torch.float32, device=x.device) / half)
     angles = positions.float()[:, None] * freqs[None, :]                       # (seq, half)
     cos, sin = angles.cos(), angles.sin()
     x1, x2 = x[..., :half], x[..., half:]
@@ -56,7 +56,7 @@ class Attention(nn.Module):
 
     def forward(self, x, cache: dict, layer: int, start: int):
         seq = x.shape[0]                                                            # x: (seq, dim)
-        pos = torch.arange(start, start + seq)
+        pos = torch.arange(start, start + seq, device=x.device)
         q = rope(self.q(x).view(seq, self.c.heads, self.hd).transpose(0, 1), pos, self.c.rope_theta)
         k = rope(self.k(x).view(seq, self.c.kv_heads, self.hd).transpose(0, 1), pos, self.c.rope_theta)
         v = self.v(x).view(seq, self.c.kv_heads, self.hd).transpose(0, 1)         # (kv_heads, seq, hd)
@@ -66,7 +66,7 @@ class Attention(nn.Module):
         cache[layer] = (k, v)
         rep = self.c.heads // self.c.kv_heads
         k, v = k.repeat_interleave(rep, dim=0), v.repeat_interleave(rep, dim=0)      # (heads, start+seq, hd)
-        mask = torch.arange(start + seq)[None, :] <= pos[:, None]                    # causal over the cache
+        mask = torch.arange(start + seq, device=x.device)[None, :] <= pos[:, None]  # causal over the cache
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o(out.transpose(0, 1).reshape(seq, -1))
 
