@@ -168,9 +168,41 @@ def docs_site():
         shutil.rmtree(dest, ignore_errors=True)
 
 
+KERNEL_PACKAGES = ("jupyter_client", "ipykernel")  # a real kernel: the dev extras have them, a bare torch box may not
+NOTEBOOK_PACKAGES = KERNEL_PACKAGES + ("nbformat", "nbclient")
+DOCS_PACKAGES = ("mkdocs", "material", "mkdocs_jupyter") + NOTEBOOK_PACKAGES  # the build executes the labs
+
+
+def need(*modules: str) -> None:
+    """Skip the calling test, saying why, unless every one of these optional packages can be imported."""
+    for m in modules:
+        pytest.importorskip(m, reason=f"needs the optional package {m} (pip install -e '.[dev]')")
+
+
+def visible_gpus() -> int:
+    """GPUs this machine shows (NVML: CUDA is not initialised in the test process)."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests need 2 visible GPUs (one per rank), `no_gpu` tests a machine where none is visible."""
+    gpus = None
+    for item in items:
+        if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu"):
+            gpus = visible_gpus() if gpus is None else gpus
+            if item.get_closest_marker("gpu") and gpus < 2:
+                item.add_marker(pytest.mark.skip(reason=f"needs 2 GPUs (NCCL, one per rank); {gpus} visible"))
+            if item.get_closest_marker("no_gpu") and gpus > 0:
+                item.add_marker(pytest.mark.skip(reason=f"checks a machine without GPUs; {gpus} visible"))
+
+
 def run_in_kernel(code: str, timeout: float = 120) -> str:
     """Execute `code` in a fresh real Jupyter kernel (tests/ and the project importable), shut it down, and return
-    what it printed; fails if the cell raised."""
+    what it printed; fails if the cell raised. Skips where the kernel packages are not installed."""
+    need(*KERNEL_PACKAGES)
     from jupyter_client.manager import start_new_kernel
 
     km, kc = start_new_kernel(kernel_name="python3",

@@ -19,8 +19,10 @@ import urllib.parse
 
 import pytest
 
-from conftest import ROOT, leftovers, listening_ports
+from conftest import DOCS_PACKAGES, ROOT, leftovers, listening_ports, need
 from sandbox.bugs import registry
+
+need("playwright", *DOCS_PACKAGES)  # Playwright for Python drives Debian's Chromium; the site is built first
 
 CHROMIUM = "/usr/bin/chromium"
 # headless, and nothing of Chromium's own that phones home (updates, sync, safe-browsing lists, QUIC probes)

@@ -31,6 +31,9 @@ def test_catalogue_has_the_documented_bugs():
             assert part in b.doc, f"{b.slug}: docstring lacks {part!r}"
         assert "(pasted" not in b.doc, f"{b.slug}: the Run section has no real output yet"
         assert explanation(b.doc).startswith("Symptom:")
+        if b.gpu:  # what NCCL does is said in the docstring (repro's "Why" and the docs page) and in the record
+            assert b.on_gpus, f"{b.slug}: its docstring does not say how it behaves on NCCL (On GPUs (NCCL): ...)"
+            assert 2 <= b.gpu.min_world_size <= b.world_size
 
 
 @pytest.mark.parametrize("slug,variant", CASES, ids=[f"{s}-{v}" for s, v in CASES])
@@ -63,7 +66,7 @@ def test_repro_cli_list_and_usage():
     assert p.returncode == 0 and "kv-sync" in p.stdout and "simulated" in p.stdout
     p = run_cli("sandbox.repro", "no-such-bug")
     assert p.returncode == 2 and "kv-sync" in p.stderr and "Traceback" not in p.stderr
-    p = run_cli("sandbox.repro", "aux-data", "-n", "2")
+    p = run_cli("sandbox.repro", "group-order", "-n", "2")
     assert p.returncode == 2 and "at least 4" in p.stderr
     p = run_cli("sandbox.repro", "kv-sync", "--variant", "sideways")
     assert p.returncode == 2 and "Traceback" not in p.stderr
@@ -116,7 +119,7 @@ def test_a_bug_record_may_use_only_literals(tmp_path):
     path = tmp_path / "odd.py"
     path.write_text('"""doc"""\nWORLD = 4\nBUG = Bug(slug="odd", title="t", source="s", symptom="s",'
                     ' broken=Expect("hang"), fixed=Expect(), world_size=WORLD)\n')
-    with pytest.raises(ValueError, match="only literals, Bug and Expect"):
+    with pytest.raises(ValueError, match="only literals, Bug, Expect and Gpu"):
         read_bug(str(path), "x.odd")
     path.write_text('"""no record here"""\n')
     assert read_bug(str(path), "x.none") is None
@@ -132,7 +135,7 @@ def test_listing_help_and_usage_errors_do_not_import_torch():
     p = _python("""
 import contextlib, io, sys
 import sandbox.repro as repro
-for argv in (["--list"], ["--list", "--json"], ["--help"], ["no-such-bug"], ["aux-data", "-n", "2"],
+for argv in (["--list"], ["--list", "--json"], ["--help"], ["no-such-bug"], ["group-order", "-n", "2"],
              ["kv-sync", "-n", "2.5"], ["kv-sync", "--debug", "loud"], []):
     with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
         try:

@@ -218,6 +218,7 @@ def test_ctrl_c_anywhere_is_one_line_and_exit_130():
     assert p.stderr.strip() == "sandbox.run: interrupted.", p.stderr
 
 
+@pytest.mark.no_gpu
 def test_gpu_without_gpu_is_a_usage_error(clean):
     p = run_cli("sandbox.run", "-n", "2", "--gpu", os.path.join(EX, "allreduce.py"))
     assert p.returncode == 2, p.stdout + p.stderr

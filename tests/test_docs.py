@@ -22,13 +22,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import DOCS_PACKAGES, ROOT, need
 
 from sandbox.bugs import registry
 
-pytest.importorskip("mkdocs")
-pytest.importorskip("material")
-pytest.importorskip("mkdocs_jupyter")
+need(*DOCS_PACKAGES)
 
 sys.path.insert(0, os.path.join(ROOT, "docs"))
 import hooks  # noqa: E402  docs/hooks.py: docs_queries(), error_message(), lab_of()

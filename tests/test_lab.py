@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 import threading
 
-import nbformat
 import pytest
 import scenarios_lab
-from conftest import ROOT, leftovers
+from conftest import NOTEBOOK_PACKAGES, ROOT, leftovers, need
 
 from sandbox import lab
 
@@ -109,6 +108,8 @@ def my_fix():  # sizes agreed, then padded to the longest: but never cut back
 
 def test_a_fix_typed_into_a_notebook_cell(tmp_path):
     """The learner's function lives only in the kernel: it reaches the ranks by value; the check is shown as HTML."""
+    need(*NOTEBOOK_PACKAGES)
+    import nbformat
     from nbclient import NotebookClient
 
     cells = [FIX_IN_A_CELL, "from sandbox import lab\nc = lab.Lab('gather-uneven').check(my_fix)",

@@ -14,9 +14,10 @@ import subprocess
 import sys
 import time
 
-import nbformat
 import pytest
-from conftest import ROOT
+from conftest import NOTEBOOK_PACKAGES, ROOT, need
+
+nbformat = pytest.importorskip("nbformat", reason="needs the optional package nbformat (pip install -e '.[dev]')")
 
 from sandbox.bugs import registry
 
@@ -64,6 +65,7 @@ def _tagged(nb, tag):
 def kernel(tmp_path_factory):
     """A kernelspec for this interpreter (the venv's ipykernel), installed in a temp prefix on JUPYTER_PATH: the
     `python3` spec in the venv says just `python`, which is whatever python is first on PATH."""
+    need(*NOTEBOOK_PACKAGES)
     prefix = tmp_path_factory.mktemp("kernelspec")
     subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(prefix), "--name", KERNEL,
                     "--display-name", "sandbox tests"], check=True, capture_output=True, timeout=120)

@@ -9,9 +9,8 @@ import queue
 import textwrap
 import time
 
-import nbformat
 import pytest
-from conftest import ROOT, leftovers, wait_for
+from conftest import KERNEL_PACKAGES, NOTEBOOK_PACKAGES, ROOT, leftovers, need, wait_for
 
 from sandbox.result import Diagnosis, RankResult, RunResult
 
@@ -64,6 +63,8 @@ def no_kernel_left():
 
 
 def test_the_magic_in_a_notebook(no_kernel_left):
+    need(*NOTEBOOK_PACKAGES)
+    import nbformat
     from nbclient import NotebookClient
 
     cells = ["%load_ext sandbox", HANG, "print(_sandbox.verdict, _sandbox.diagnosis.kind, _sandbox.diagnosis.site)",
@@ -100,6 +101,7 @@ def test_the_magic_in_a_notebook(no_kernel_left):
 def test_ctrl_c_ends_the_run_and_shows_it(tmp_path, no_kernel_left):
     """The ranks sit in their own code (no hang the sandbox could name); the kernel is interrupted once they all
     started: the run ends, its result is shown with the verdict 'interrupted', and the cell ends without an error."""
+    need(*KERNEL_PACKAGES)
     from jupyter_client.manager import start_new_kernel
 
     marker = tmp_path / "started"

@@ -1,0 +1,66 @@
+"""Real GPUs: every catalogue bug's `--gpu` form on NCCL, and the GPU examples. Marked `gpu`: they run where 2 GPUs
+are visible and skip elsewhere (`pytest -m gpu` runs only these). The CPU-run tests at the end run everywhere: on a
+GPU machine they are what shows that a run without --gpu never touches CUDA."""
+import os
+
+import pytest
+
+from conftest import ROOT, run_cli, visible_gpus
+from sandbox import launch
+from sandbox.bugs import registry
+from sandbox.repro import ranks_for, run_variant
+
+BUGS = registry()
+GPU_CASES = [(slug, v) for slug, b in BUGS.items() if b.gpu for v in ("broken", "fixed")]
+EX = os.path.join(ROOT, "examples")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("slug,variant", GPU_CASES, ids=[f"{s}-{v}" for s, v in GPU_CASES])
+def test_gpu_variant_behaves_as_documented_for_nccl(slug, variant, clean):
+    bug = BUGS[slug]
+    n = ranks_for(bug, None, visible_gpus())
+    if n > visible_gpus():
+        pytest.skip(f"{slug} needs {n} GPUs on NCCL; {visible_gpus()} visible")
+    res, ok, why = run_variant(bug, variant, n, gpu=True)
+    assert ok, f"{slug} {variant} on NCCL: {why}\n{res.diagnosis.summary}"
+    assert "nccl" in {e.get("backend") for r in res.ranks for e in r.events if e.get("op") == "init_process_group"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("script,verdict", [("gpu_allreduce.py", "OK"), ("gpu_overlap.py", "OK"),
+                                            ("gpu_mismatch.py", "HANG [collective_mismatch]")])
+def test_gpu_examples(script, verdict, clean):
+    p = run_cli("sandbox.run", "-n", "2", "--gpu", os.path.join(EX, script))
+    assert p.stdout.startswith(verdict), p.stdout + p.stderr
+    assert p.returncode == (0 if verdict == "OK" else 1)
+
+
+def _what_a_cpu_rank_sees():
+    import torch
+
+    return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "available": torch.cuda.is_available(),
+            "initialised": torch.cuda.is_initialized()}
+
+
+def test_a_cpu_run_sees_no_gpu_whatever_the_machine_has(clean):
+    res = launch(_what_a_cpu_rank_sees, world_size=2)
+    assert res.verdict == "ok", res.diagnosis.summary
+    for r in res.ranks:
+        assert r.value == {"visible": "", "available": False, "initialised": False}, r.value
+
+
+def test_the_simulated_devices_touch_no_cuda(clean):
+    """cross-device's CPU run, on a GPU machine too: FakeTensors on cuda:N, and PyTorch's own device check."""
+    res, ok, why = run_variant(BUGS["cross-device"], "broken", 2)
+    assert ok, why
+    assert all("Expected all tensors to be on the same device, but found at least two devices" in
+               (r.error or {}).get("message", "") for r in res.ranks if r.error), [r.error for r in res.ranks]
+
+
+@pytest.mark.no_gpu
+def test_gpu_without_gpu_is_a_usage_error(clean):
+    p = run_cli("sandbox.repro", "kv-sync", "--gpu")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.strip() == "sandbox.repro: --gpu needs one GPU per rank: 2 ranks, 0 GPU(s) visible.", p.stderr
+
