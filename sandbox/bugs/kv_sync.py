@@ -22,12 +22,14 @@ for every send the matching receive must already be reachable on the peer; other
 The model is a small Qwen-like decoder with random weights (sandbox/models/tiny_qwen.py, plain PyTorch); the
 decoded tokens of every rank must equal a single-process run.
 
-On GPUs (NCCL): at this model's size the all-at-once exchange completes. NCCL's `send` returns to Python at
-once and small messages are buffered on a connected pair (the prefill's pipeline has connected rank 0 to
-rank 1), so both ranks reach their recvs. The order is still wrong: on a fresh communicator, both ranks sending
-first deadlocks on NCCL at every size measured, 1 KB to 16 MB (the sandbox names the cycle in about 5 s), and
-with `device_id` given to init_process_group it hangs at 1 KB, raises "unhandled cuda error" at 1 MB and aborts
-the process (SIGABRT) at 16 MB (2 H200s, torch 2.11; benchmarks/nccl_kv_exchange.py measures it).
+On GPUs (NCCL): the all-at-once exchange completes. NCCL's `send` returns to Python at once and runs on the
+GPU, and on a pair whose connection is already set up (the prefill's pipeline has sent from rank 0 to rank 1)
+both ranks' sends and recvs meet there. Whether it deadlocks depends on the connection, not the size: measured on
+2 H200s with torch 2.11 (benchmarks/nccl_kv_exchange.py), both ranks sending first on a pair already connected
+both ways completed at 1 KB, 1 MB and 16 MB; on a fresh communicator it deadlocked at all three (the sandbox
+names the cycle in about 5 s); with `device_id` given to init_process_group it hung at 1 KB, raised "unhandled
+cuda error" at 1 MB and aborted the process (SIGABRT) at 16 MB. The order stays wrong: post both sides first
+(`batch_isend_irecv`), or go layer by layer as the fix does.
 
 Run: python -m sandbox.repro kv-sync
     broken: HANG [p2p_cycle]: 3 ranks in 2.16 s
