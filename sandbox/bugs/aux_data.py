@@ -51,12 +51,12 @@ BUG = Bug(
                           output=r"Unexpected: Transferring status but sent_tokens=0 >= actual_total_length=0"),
             fixed=Expect("ok", matches_reference=True)))
 
-BLOCKS, TP_SLICES_PER_RUN = 32, 2
+BLOCKS, TP, TP_SLICES_PER_RUN = 32, 4, 2  # the report's TP size; any even size shows the bug
 TRANSFERRING, SUCCESS = 1, 2
 PROMPT_TOKENS = 37
 
 
-def embedding_side(tp_size):
+def embedding_side(tp_size=TP):
     """The sender: the request's embeddings fill all blocks; its metadata goes to the first block of each run
     (a run spans the slices of two TP ranks: blocks 0-15 and 16-31 with TP=4)."""
     meta = torch.zeros(BLOCKS, 2, dtype=torch.int64)  # per block: (sent_tokens, actual_total_length)
