@@ -94,8 +94,6 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")
     os.environ.update(spec.get("env") or {})
     os.environ.update(torchrun_env(rank, ws, port, spec["run_id"]))
-    if not spec.get("gpu"):  # a CPU run on any machine: NCCL and CUDA stay out of it, whatever GPUs there are
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     stack = open(os.path.join(run_dir, f"stack-{rank}.txt"), "w")
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a fatal signal leaves its Python stack in the log
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)

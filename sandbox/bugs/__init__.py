@@ -12,7 +12,7 @@ registry. A module defines:
     def options(world_size, gpu) -> dict   # optional: keyword arguments chosen in the parent (ports, sizes)
 
 Nothing here imports torch, and neither does reading the registry: the parent reads each module's source (its
-docstring and its `BUG = Bug(...)` assignment, which may use only literals, Bug and Expect) without importing it, so
+docstring and its `BUG = Bug(...)` assignment, which may use only literals, Bug, Expect and Gpu) without importing it, so
 `python -m sandbox.repro --list` answers at once. The modules' functions, and their torch, run in the ranks.
 
 A run without `--gpu` is a CPU run on any machine and any torch build: its ranks see no GPU (the launcher empties
@@ -34,7 +34,7 @@ class Expect:
     """What a variant must show. Every field that is set must hold."""
     verdict: str | tuple[str, ...] = "ok"              # one verdict, or any of several (gloo hangs or aborts)
     kind: str | None = None                             # the sandbox's diagnosis kind
-    culprits: list[int] | str | None = None             # culprit ranks; "others" = every rank but 0, "odd", "upper half"
+    culprits: list[int] | str | None = None             # culprit ranks; "others" = every rank but 0, "odd"
     error: str | None = None                            # a regex that some rank's error or output must match
     output: str | None = None                           # a regex that some rank's output must match
     matches_reference: bool = False                     # each rank's value equals reference() (torch.testing)
@@ -178,8 +178,7 @@ def check(bug: Bug, expect: Expect, res, reference=None, debug: bool = False) ->
 
 def culprit_ranks(culprits: list[int] | str, world_size: int) -> list[int]:
     """An Expect's culprits for a run of `world_size` ranks."""
-    named = {"others": range(1, world_size), "odd": range(1, world_size, 2),
-             "upper half": range(world_size // 2, world_size)}
+    named = {"others": range(1, world_size), "odd": range(1, world_size, 2)}
     return list(named[culprits]) if isinstance(culprits, str) else culprits
 
 

@@ -39,7 +39,6 @@ Run: python -m sandbox.repro cross-device
       expected: ok, = single-process reference -> as documented
 """
 import contextlib
-import datetime
 import os
 
 import torch
@@ -47,7 +46,7 @@ import torch._subclasses.fake_tensor  # noqa: F401  imported once in the zygote,
 import torch.distributed as dist
 
 from sandbox import simulate
-from sandbox.bugs import Bug, Expect, Gpu
+from sandbox.bugs import Bug, Expect, Gpu, init
 
 BUG = Bug(
     slug="cross-device", title="torch.stack over samples gathered from every GPU",
@@ -78,8 +77,7 @@ def generate(rank, device):
 
 
 def _run(move):
-    real = torch.cuda.is_available()  # only under --gpu: a CPU run's ranks see no GPU
-    dist.init_process_group("nccl" if real else "gloo", timeout=datetime.timedelta(seconds=60))
+    real = init().type == "cuda"  # NCCL under --gpu; gloo in a CPU run, whose ranks see no GPU
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     if not real:
