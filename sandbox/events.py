@@ -23,6 +23,7 @@ Events (every one has "ev", "rank" and "t", seconds since the epoch):
     `(gname, seq)` must be making the same call.
   - `sig`: collectives only: `op|root|shapes|dtypes`, what must be equal on every rank at one `(gname, seq)`.
   - `shapes`, `dtypes`, `devices`: this rank's contribution (one entry per tensor).
+  - `redop`: the reduce op of a reducing collective ("SUM", "MAX", ...); not part of `sig`, which decides hangs.
   - `root`: the src/dst of a rooted collective (broadcast, reduce, gather, scatter, *_object); `peer`: the other
     rank of a point-to-point op; `tag`: a point-to-point tag other than 0.
   - `async`: the call returned a Work to wait on later (isend, irecv, async_op=True); such an op stays posted until
@@ -229,6 +230,16 @@ def p2p_direction(p: dict) -> str | None:
     return "send" if op in SENDS else "recv" if op in RECVS else None
 
 
+def p2p_ops(p: dict) -> list[tuple[str, int | None, int]]:
+    """(direction, peer, tag) of each point-to-point op a call made: one for send/recv and their variants, one per
+    op of a batch_isend_irecv, none for anything else (a `wait` included: its op was counted when posted)."""
+    if p["op"] == "batch_isend_irecv":
+        return [("send" if o.get("op") == "isend" else "recv", o.get("peer"), 0) for o in p.get("p2p") or []]
+    if p["op"] in SENDS or p["op"] in RECVS:
+        return [("send" if p["op"] in SENDS else "recv", p.get("peer"), p.get("tag", 0))]
+    return []
+
+
 class RankTrack:
     """One rank's state, built from its trace events by `feed` (the only writer of the trace-derived fields).
 
@@ -255,6 +266,10 @@ class RankTrack:
         self.exit_t: float | None = None
         self.ended_by_sandbox = False
         self.stack: str | None = None
+        # for the contract checks on a run that is over (sandbox.contracts)
+        self.p2p_done: dict[tuple, int] = {}     # (direction, peer, tag) -> point-to-point calls that returned
+        self.p2p_site: dict[tuple, str] = {}     # (direction, peer) -> the first such call's site
+        self.destroyed = False                   # destroy_process_group returned after the last init
 
     def feed(self, ev: dict) -> None:
         self.events.append(ev)
@@ -304,6 +319,13 @@ class RankTrack:
         if start is None:
             return
         self.inflight.discard(start["id"])
+        if not ev.get("error"):
+            op = start["op"]
+            if op in ("init_process_group", "destroy_process_group"):
+                self.destroyed = op == "destroy_process_group"
+            for direction, peer, tag in p2p_ops(start):
+                self.p2p_done[(direction, peer, tag)] = self.p2p_done.get((direction, peer, tag), 0) + 1
+                self.p2p_site.setdefault((direction, peer), start.get("site") or "?")
         if start["op"] in COLLECTIVES and "seq" in start:
             self.passed[(start.get("gname"), start["seq"])] = not ev.get("error")
 

@@ -75,8 +75,16 @@ def outputs(res, max_log_lines: int = MAX_LOG_LINES) -> str:
 def run_result(res, max_log_lines: int = MAX_LOG_LINES) -> str:
     """The whole report of a RunResult as one HTML fragment."""
     summary = f'<div style="margin: 0.3em 0; max-width: 60em">{escape(res.diagnosis.summary)}</div>'
-    return (f'<div class="sandbox-result" style="{_BOX}">' + headline(res) + summary + table(res)
+    return (f'<div class="sandbox-result" style="{_BOX}">' + headline(res) + summary + warnings(res) + table(res)
             + outputs(res, max_log_lines) + "</div>")
+
+
+def warnings(res) -> str:
+    """The contracts the run broke (even one that finished): each a sentence, and the rule under it."""
+    return "".join(
+        f'<div class="sandbox-warning" style="margin: 0.3em 0; max-width: 60em; border-left: 3px solid {AMBER}; '
+        f'padding-left: 0.5em">{_span("warning [" + w.kind + "]", AMBER, True)} {escape(w.summary)}'
+        f'<div style="color: {GREY}">Rule: {escape(w.rule)}</div></div>' for w in getattr(res, "warnings", []))
 
 
 def banner(ok: bool, title: str, message: str) -> str:

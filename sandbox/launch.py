@@ -466,7 +466,7 @@ class Run:
                 rr.output = rr.output or zlog
         evs = sorted((e for t in self.tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
         return RunResult(verdict, self.n, wall, diag, ranks, evs, None if self.owns_dir else self.dir,
-                         self.proc.pid if self.proc else None, self.ended_at or time.time())
+                         self.proc.pid if self.proc else None, self.ended_at or time.time(), j.warnings)
 
     def run(self) -> RunResult:
         t0 = time.monotonic()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sandbox import contracts
 from sandbox.diagnose import (diagnose_failure, diagnose_hang, diagnose_interrupted, diagnose_timeout, lost_peer,
                               progress_possible, provable_deadlock)
 from sandbox.events import RankTrack
@@ -84,15 +85,25 @@ class Judgement:
     verdict: str
     diagnosis: Diagnosis
     outcomes: dict[int, str] = field(default_factory=dict)
+    warnings: list = field(default_factory=list)  # sandbox.contracts.ContractWarning
 
 
 def judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, timeout: float | None = None,
           blocked_s: float | None = None) -> Judgement:
-    """The verdict (ok | error | hang | crash | timeout | interrupted), the diagnosis and each rank's outcome.
+    """The verdict (ok | error | hang | crash | timeout | interrupted), the diagnosis, each rank's outcome, and the
+    contract warnings of the calls that completed (`sandbox.contracts`), whatever the verdict.
 
     tracks: every rank's track, process facts included where known; stopped_for: why the sandbox stopped the run
     (HANG, FAILURE, TIMEOUT, "interrupted") or None; timeout: the run's limit (for the wording).
     """
+    j = _judge(tracks, stopped_for, timeout=timeout, blocked_s=blocked_s)
+    j.warnings = contracts.check(tracks)
+    return j
+
+
+def _judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, timeout: float | None = None,
+           blocked_s: float | None = None) -> Judgement:
+    """The verdict, the diagnosis and each rank's outcome (see judge)."""
     outcomes = {r: outcome(t, stopped_for) for r, t in sorted(tracks.items())}
     if stopped_for is None and "hung" in outcomes.values():
         # offline, with ranks killed inside their calls: an error that only says a peer went away, raised in the

@@ -44,6 +44,12 @@ def print_result(res: RunResult, logs: bool = True, file=None, max_log_lines: in
     console.print(table)
     console.print()
     console.print(Text(res.diagnosis.summary, style="bold" if res.verdict != "ok" else ""))
+    for w in res.warnings:
+        console.print()
+        t = Text(f"Warning [{w.kind}]: ", style="bold yellow")
+        t.append(w.summary)
+        console.print(t)
+        console.print(Text(f"  Rule: {w.rule}", style="dim"))
     if logs:
         any_output = False
         for r in res.ranks:

@@ -117,6 +117,7 @@ class RunResult:
     run_dir: str | None = None
     pgid: int | None = None  # the run's process group (the zygote's pid): empty once the run returned
     ended_at: float | None = None  # time.time() when the run ended (or was ended by the sandbox)
+    warnings: list = field(default_factory=list)  # sandbox.contracts.ContractWarning: contracts broken, any verdict
 
     @property
     def ok(self) -> bool:
@@ -134,7 +135,8 @@ class RunResult:
     def to_dict(self, events: bool = False) -> dict:
         d = {"verdict": self.verdict, "world_size": self.world_size,
              "wall_s": round(self.wall_s, 3) if self.wall_s is not None else None,
-             "diagnosis": self.diagnosis.to_dict(), "ranks": [r.to_dict() for r in self.ranks]}
+             "diagnosis": self.diagnosis.to_dict(), "ranks": [r.to_dict() for r in self.ranks],
+             "warnings": [w.to_dict() for w in self.warnings]}
         if self.run_dir:
             d["trace_dir"] = self.run_dir
         if self.pgid:
@@ -157,6 +159,8 @@ class RunResult:
         for r in self.ranks:
             lines.append(f"{r.rank:>4}  {r.outcome:8}  {r.pending_words():{w}}  {r.site()}")
         lines += ["", self.diagnosis.summary]
+        for w in self.warnings:
+            lines += ["", f"Warning [{w.kind}]: {w.summary}", f"  Rule: {w.rule}"]
         if logs:
             for r in self.ranks:
                 lines += [f"[rank {r.rank}] {line}" for line in r.output.splitlines()]

@@ -34,6 +34,8 @@ def parser(prog: str = "python -m sandbox.run") -> argparse.ArgumentParser:
     p.add_argument("--trace-dir", metavar="DIR", help="keep each rank's trace, log and stack in DIR")
     p.add_argument("--timeline", metavar="FILE", help="save a picture of every rank's calls over time (.png, .svg)")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL); needs as many GPUs as ranks")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when the run broke a contract, even if it finished (for CI: see the warnings)")
     cli.add_common(p)
     p.add_argument("--live", choices=["auto", "on", "off"], default="auto",
                    help="print rank output as it comes (auto: when stderr is a terminal)")
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
         res = run_script(a.module or a.script, a.args, world_size=a.n, module=a.module is not None,
                          hang_after=a.hang_after, timeout=a.timeout, trace_dir=a.trace_dir, gpu=a.gpu,
                          debug=a.debug, on_output=echo if live else None)
-        code = 0 if res.ok else 1
+        code = 0 if res.ok and not (a.strict and res.warnings) else 1
     except UsageError as e:
         print(f"sandbox.run: {e}", file=sys.stderr)
         return 2

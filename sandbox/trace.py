@@ -291,6 +291,9 @@ def _describe(spec: _Spec, args: tuple, kwargs: dict, frame) -> dict:
             ev["root"] = root
     if op.kind == "coll":
         ev["sig"] = f"{name}|{ev.get('root')}|{ev.get('shapes')}|{ev.get('dtypes')}"
+        if "op" in spec.pos or "op" in spec.defaults:  # the reduce op (all_reduce, reduce, reduce_scatter)
+            red = arg("op")
+            ev["redop"] = getattr(red, "name", None) or str(red)
     elif name == "batch_isend_irecv":
         ev["p2p"] = [{"op": getattr(getattr(o, "op", None), "__name__", "?"), "peer": getattr(o, "peer", None),
                       "shapes": _tensor_info(getattr(o, "tensor", None))[0]} for o in arg("p2p_op_list") or ()]

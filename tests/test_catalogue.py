@@ -43,6 +43,7 @@ def test_variant_behaves_as_documented(slug, variant, clean):
     assert ok, f"{slug} {variant}: {why}\n{res.diagnosis.summary}"
     if variant == "fixed":
         assert res.verdict == "ok"
+        assert res.warnings == [], [w.summary for w in res.warnings]  # a fix breaks no contract either
     else:
         assert res.verdict != "ok"  # a broken variant always shows its symptom
 

@@ -45,6 +45,7 @@ def test_the_right_fix_is_accepted(b, clean):
     assert (c.ok, c.verdict) == (True, "right"), c
     assert c.message == "Every rank finished and matches the single-process reference (4 ranks)."
     assert c.result.verdict == "ok" and c.result.world_size == 4
+    assert c.result.warnings == [], [w.summary for w in c.result.warnings]
     assert "\u2714 Right" in c._repr_html_()
 
 

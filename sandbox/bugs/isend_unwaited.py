@@ -55,6 +55,7 @@ def _exchange(wait_before_leaving):
         work = dist.isend(torch.arange(4, dtype=torch.float32, device=device), dst=1)
         if wait_before_leaving:
             work.wait()  # FIX: the send is complete before this rank moves on
+            dist.destroy_process_group()
         return "sent"  # BUG (broken variant): leaves with the send still pending
     pid = int(store.get("sender_pid"))
     if not wait_before_leaving:  # make the race deterministic: receive only once the sender is gone
@@ -67,6 +68,7 @@ def _exchange(wait_before_leaving):
                   "(its send is still running on the GPU); receiving now", flush=True)
     got = torch.empty(4, device=device)
     dist.irecv(got, src=0).wait()
+    dist.destroy_process_group()
     return got.tolist()
 
 

@@ -24,7 +24,7 @@ def load_result(trace_dir: str) -> RunResult:
     ranks = [RankResult.from_track(t, j.outcomes[r]) for r, t in sorted(tracks.items())]
     evs = sorted((e for t in tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
     return RunResult(verdict=j.verdict, world_size=len(tracks), wall_s=None, diagnosis=j.diagnosis, ranks=ranks,
-                     events=evs)
+                     events=evs, warnings=j.warnings)
 
 
 def main(argv=None) -> int:

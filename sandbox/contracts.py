@@ -1,0 +1,247 @@
+"""Contracts checked over the traces of a run that is over, whatever its verdict: a run that finished can still be
+wrong. gloo may pair two calls the contract says must be equal (an all_reduce with an all_gather of the same size),
+a race may have gone the lucky way, or NCCL may have moved the wrong bytes without a word. Each breach is a
+`ContractWarning`: the ranks, the call (op, group, sequence number), the call sites, one sentence, and the rule.
+
+No torch here: live runs (`sandbox.launch`) and trace directories (`python -m sandbox.diagnose DIR`) are checked
+by the same code. Only calls that returned are judged, so a run that hung or crashed is not warned about what its
+failure already explains; what its finished calls broke is still said.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+from sandbox.events import COLLECTIVES, RECVS, SENDS, UNEVEN, RankTrack
+from sandbox.words import op_of, ranks as ranks_words, signature
+
+RULES = {
+    "collective_differs": "Every rank of a group must make the same collective at the same point, with the same "
+                          "op, shapes, dtypes, root and reduce op: gloo may still pair unlike calls of one size, and "
+                          "NCCL checks nothing, so the data is silently wrong.",
+    "group_mismatch": "Every rank must call every new_group (unless use_local_synchronization=True), with the same "
+                      "ranks, in the same order: groups are named by that order.",
+    "p2p_unmatched": "Every send needs a matching recv on its peer (same tag); an unmatched one hangs on gloo and on "
+                     "NCCL as soon as the timing changes.",
+    "async_unwaited": "The Work of an isend, irecv or async_op=True call must be waited on before its tensor is "
+                      "used, the group destroyed or the process left.",
+    "call_count": "Every rank of a group must make the same number of collectives on it; a rank with extra calls "
+                  "waits for partners that are gone.",
+    "not_destroyed": "Call dist.destroy_process_group() before the process exits (PyTorch warns about it from 2.4 "
+                     "on; NCCL may hang or leak at exit without it).",
+}
+
+
+@dataclass
+class ContractWarning:
+    kind: str
+    summary: str
+    ranks: list[int]
+    op: str | None = None
+    group: list[int] | None = None
+    seq: int | None = None
+    sites: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def rule(self) -> str:
+        return RULES[self.kind]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["sites"] = {str(r): s for r, s in self.sites.items()}
+        d["rule"] = self.rule
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ContractWarning":
+        return cls(kind=d["kind"], summary=d["summary"], ranks=list(d["ranks"]), op=d.get("op"),
+                   group=d.get("group"), seq=d.get("seq"), sites={int(r): s for r, s in (d.get("sites") or {}).items()})
+
+
+# ------------------------------------------------------------------------------------------------ reading calls
+
+def _completed(t: RankTrack) -> dict[tuple, dict]:
+    """(group name, sequence number) -> the enter event, for this rank's collectives that returned without an error
+    (an NCCL one: finished on the GPU); the last BUCKET_WINDOW of each group."""
+    return {k: t.by_bucket[k] for k, ok in t.passed.items() if ok and k in t.by_bucket}
+
+
+def _ended_ok(t: RankTrack | None) -> bool:
+    return t is not None and t.end is not None and t.end.get("outcome") == "ok"
+
+
+def _where(p: dict) -> str:
+    return p.get("site") or "?"
+
+
+def check(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    """Every contract breach the traces show, in a stable order."""
+    tracks = dict(sorted(tracks.items()))
+    done = {r: _completed(t) for r, t in tracks.items()}
+    return (_collectives_differ(done) + _groups_differ(tracks) + _p2p_unmatched(tracks) + _async_unwaited(tracks)
+            + _call_counts(tracks) + _not_destroyed(tracks))
+
+
+# ------------------------------------------------------------------------------------------------ the rules
+
+def _shape_free(p: dict) -> bool:
+    return op_of(p) in UNEVEN
+
+
+def _fingerprint(p: dict) -> tuple:
+    op = op_of(p)
+    return (op, p.get("root"), None if _shape_free(p) else repr(p.get("shapes")), repr(p.get("dtypes")),
+            p.get("redop"))
+
+
+def _said(p: dict) -> str:
+    s = signature(p)
+    return s[:-1] + f", {p['redop']})" if p.get("redop") and s.endswith(")") else s
+
+
+def _by_variant(members: dict[int, dict]) -> list[tuple[list[int], dict]]:
+    groups: dict[tuple, list[int]] = {}
+    for r, p in sorted(members.items()):
+        groups.setdefault(_fingerprint(p), []).append(r)
+    return [(rs, members[rs[0]]) for rs in groups.values()]
+
+
+def _collectives_differ(done: dict[int, dict[tuple, dict]]) -> list[ContractWarning]:
+    buckets: dict[tuple, dict[int, dict]] = {}
+    for r, calls in done.items():
+        for key, p in calls.items():
+            buckets.setdefault(key, {})[r] = p
+    out = []
+    for (gname, seq), members in sorted(buckets.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        variants = _by_variant(members)
+        if len(variants) < 2:
+            continue
+        group = next(iter(members.values())).get("group")
+        said = "; ".join(f"{ranks_words(rs)} called {_said(p)} at {_where(p)}" for rs, p in variants)
+        out.append(ContractWarning(
+            "collective_differs", f"Call #{seq} of group {group} completed but was not the same call on every "
+                                  f"rank: {said}.",
+            sorted(members), op=op_of(variants[0][1]), group=group, seq=seq,
+            sites={r: _where(p) for r, p in members.items()}))
+    return out
+
+
+def _groups_differ(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    """The first new_group call (counted per rank, those that returned) where the ranks disagree; later ones
+    follow from it and are not repeated."""
+    made = {r: [g for g in t.new_groups if not g.get("local_sync") and g["id"] not in t.open]
+            for r, t in tracks.items()}
+    for k in range(max((len(gs) for gs in made.values()), default=0)):
+        at = {r: gs[k] for r, gs in made.items() if len(gs) > k}
+        variants: dict[str, list[int]] = {}
+        for r, g in sorted(at.items()):
+            variants.setdefault(repr(g.get("ranks")), []).append(r)
+        missing = [r for r in sorted(set(made) - set(at)) if _ended_ok(tracks[r])]
+        sites = {r: _where(g) for r, g in at.items()}
+        if len(variants) > 1:
+            said = "; ".join(f"{ranks_words(rs)} created {at[rs[0]].get('ranks')} at {_where(at[rs[0]])}"
+                             for rs in variants.values())
+            return [ContractWarning(
+                "group_mismatch", f"The ranks created process groups differently at their new_group call #{k + 1}: "
+                                  f"{said}.", sorted(at), op="new_group", seq=k + 1, sites=sites)]
+        if missing:
+            g = next(iter(at.values()))
+            return [ContractWarning(
+                "group_mismatch", f"Only {ranks_words(sorted(at))} created group {g.get('ranks')} (new_group call "
+                                  f"#{k + 1}, at {_where(g)}); {ranks_words(missing)} never did.",
+                sorted(at) + missing, op="new_group", seq=k + 1, sites=sites)]
+    return []
+
+
+def _p2p_unmatched(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    sent: dict[tuple[int, int], Counter] = {}
+    got: dict[tuple[int, int], Counter] = {}
+    site: dict[tuple[str, int, int], str] = {}
+    for r, t in tracks.items():
+        for (direction, peer, tag), n in t.p2p_done.items():
+            if peer is None:
+                continue
+            pair = (r, peer) if direction == "send" else (peer, r)
+            (sent if direction == "send" else got).setdefault(pair, Counter())[tag] += n
+            site.setdefault((direction, *pair), t.p2p_site.get((direction, peer)) or "?")
+    out = []
+    for pair in sorted(set(sent) | set(got)):
+        s, g = sent.get(pair, Counter()), got.get(pair, Counter())
+        src, dst = pair
+        if s == g:
+            continue
+        where = {src: site.get(("send", *pair), "?"), dst: site.get(("recv", *pair), "?")}
+        n, m = sum(s.values()), sum(g.values())
+        if n == m:
+            out.append(ContractWarning(
+                "p2p_unmatched", f"Rank {src}'s sends to rank {dst} and rank {dst}'s receives from it do not agree "
+                                 f"on tags: sent with tags {sorted(s.elements())} at {where[src]}, received with "
+                                 f"tags {sorted(g.elements())} at {where[dst]}.", [src, dst], op="send", sites=where))
+        elif n > m and _ended_ok(tracks.get(dst)):
+            out.append(ContractWarning(
+                "p2p_unmatched", f"Rank {src} sent {n} message{'s' if n > 1 else ''} to rank {dst} (at {where[src]}) "
+                                 f"but rank {dst} received {m}: {n - m} never received.", [src, dst], op="send",
+                sites={src: where[src]}))
+        elif m > n and _ended_ok(tracks.get(src)):
+            out.append(ContractWarning(
+                "p2p_unmatched", f"Rank {dst} posted {m} receive{'s' if m > 1 else ''} from rank {src} (at "
+                                 f"{where[dst]}) but rank {src} sent {n}: {m - n} never matched.", [src, dst],
+                op="recv", sites={dst: where[dst]}))
+    return out
+
+
+def _async_unwaited(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    out = []
+    for r, t in sorted(tracks.items()):
+        if t.end is None:
+            continue
+        for p in sorted(t.posted.values(), key=lambda p: p["id"]):
+            target = f" to rank {p['peer']}" if p["op"] in SENDS and p.get("peer") is not None else (
+                f" from rank {p['peer']}" if p["op"] in RECVS and p.get("peer") is not None else "")
+            out.append(ContractWarning(
+                "async_unwaited", f"Rank {r}'s {p['op']}{target} at {_where(p)} was never waited on: the rank left "
+                                  "with the request still pending.",
+                [r], op=p["op"], group=p.get("group"), seq=p.get("seq"), sites={r: _where(p)}))
+    return out
+
+
+def _call_counts(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    """Counted by calls made (entered), so an extra asynchronous call a rank never waited on counts too."""
+    per_group: dict[str, dict[int, dict[int, dict]]] = {}
+    members: dict[str, list[int]] = {}
+    for r, t in tracks.items():
+        for (gname, seq), p in t.by_bucket.items():
+            if gname is not None and isinstance(seq, int) and p["op"] in COLLECTIVES:
+                per_group.setdefault(gname, {}).setdefault(r, {})[seq] = p
+                members.setdefault(gname, p.get("group") or [])
+    out = []
+    for gname, by_rank in sorted(per_group.items(), key=lambda kv: str(kv[0])):
+        group = members[gname]
+        if not all(r in tracks and _ended_ok(tracks[r]) for r in group):
+            continue
+        counts = {r: max(by_rank.get(r, {0: None})) for r in group}
+        if len(set(counts.values())) < 2:
+            continue
+        most = max(counts.values())
+        short = sorted(r for r, c in counts.items() if c < most)
+        long_ = sorted(r for r, c in counts.items() if c == most)
+        extra = by_rank[long_[0]].get(min(counts[r] for r in short) + 1)
+        if extra is None:  # older than the window kept
+            continue
+        out.append(ContractWarning(
+            "call_count", f"The ranks left group {group} with different numbers of collectives: "
+                          + "; ".join(f"{ranks_words([r])} made {counts[r]}" for r in group)
+                          + f". The first call {ranks_words(short)} never made is {_said(extra)} at {_where(extra)}.",
+            group, op=op_of(extra), group=group, seq=extra.get("seq"), sites={r: _where(extra) for r in long_}))
+    return out
+
+
+def _not_destroyed(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    left = [(r, t.inits[-1]) for r, t in tracks.items() if t.inits and not t.destroyed and _ended_ok(t)]
+    if not left:
+        return []
+    rs = [r for r, _ in left]
+    return [ContractWarning(
+        "not_destroyed", f"{ranks_words(rs).capitalize()} exited without destroying the default process group (initialised at "
+                         f"{_where(left[0][1])}).", rs, op="destroy_process_group",
+        sites={r: _where(p) for r, p in left})]

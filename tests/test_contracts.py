@@ -1,0 +1,90 @@
+"""Contract warnings (sandbox.contracts): real runs over gloo that finish yet break a contract get a warning naming
+the ranks, the call and its site; correct runs get none (the catalogue's fixed variants are checked in
+test_catalogue.py, the labs' reference fixes in test_lab.py and test_labs.py)."""
+import json
+import os
+
+import pytest
+
+import scenarios_contracts as sc
+from conftest import ROOT, run_cli
+from sandbox import launch
+from sandbox.diagnose.__main__ import load_result
+
+EX = os.path.join(ROOT, "examples")
+
+
+def _kinds(res):
+    return [w.kind for w in res.warnings]
+
+
+def test_a_collective_that_completed_differently_on_the_ranks(clean):
+    res = launch(sc.reduce_ops_differ, world_size=2)
+    assert res.verdict == "ok", res.diagnosis.summary
+    [w] = res.warnings
+    assert (w.kind, w.op, w.group, w.seq, w.ranks) == ("collective_differs", "all_reduce", [0, 1], 1, [0, 1])
+    assert "rank 0 called all_reduce(shape [1], float32, SUM)" in w.summary
+    assert "rank 1 called all_reduce(shape [1], float32, MAX)" in w.summary
+    assert w.sites == {0: "tests/scenarios_contracts.py:18", 1: "tests/scenarios_contracts.py:18"}
+
+
+def test_a_group_created_by_only_some_ranks(clean):
+    res = launch(sc.group_by_some_ranks, world_size=4)
+    assert res.verdict == "ok", res.diagnosis.summary
+    [w] = res.warnings
+    assert (w.kind, w.op, w.seq) == ("group_mismatch", "new_group", 1)
+    assert w.summary.startswith("Only ranks 0 and 1 created group [0, 1]") and "ranks 2 and 3 never did" in w.summary
+
+
+def test_a_send_never_received_and_never_waited(clean):
+    res = launch(sc.isend_never_received, world_size=2)
+    assert res.verdict == "ok", res.diagnosis.summary
+    assert _kinds(res) == ["p2p_unmatched", "async_unwaited"]
+    p2p, unwaited = res.warnings
+    assert "Rank 0 sent 1 message to rank 1" in p2p.summary and "1 never received" in p2p.summary
+    assert unwaited.ranks == [0] and unwaited.op == "isend" and "never waited on" in unwaited.summary
+
+
+def test_ranks_that_left_with_different_call_counts(clean):
+    res = launch(sc.extra_async_collective, world_size=2)
+    assert res.verdict == "ok", res.diagnosis.summary
+    assert _kinds(res) == ["async_unwaited", "call_count"]
+    count = res.warnings[1]
+    assert (count.group, count.seq) == ([0, 1], 2)
+    assert "rank 0 made 2; rank 1 made 1" in count.summary
+
+
+def test_a_group_never_destroyed(clean):
+    res = launch(sc.never_destroyed, world_size=3)
+    assert res.verdict == "ok"
+    [w] = res.warnings
+    assert w.kind == "not_destroyed" and w.ranks == [0, 1, 2] and w.summary.startswith("Ranks 0-2 exited")
+
+
+def test_no_warning_on_a_long_correct_data_parallel_loop(clean):
+    res = launch(sc.data_parallel_loop, world_size=3, timeout=120)
+    assert res.verdict == "ok", res.diagnosis.summary
+    assert res.warnings == [], [w.summary for w in res.warnings]
+    assert len(set(res.values)) == 1  # every rank ends with the same weights
+
+
+@pytest.mark.parametrize("script", sorted(f for f in os.listdir(EX) if f.endswith(".py") and not f.startswith("gpu")))
+def test_no_warning_on_the_examples(script, clean):
+    p = run_cli("sandbox.run", "-n", "2", "--json", os.path.join(EX, script))
+    assert json.loads(p.stdout)["warnings"] == [], p.stdout
+
+
+def test_json_terminal_strict_and_offline_say_the_same(tmp_path, clean):
+    script = tmp_path / "leave.py"
+    script.write_text("import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "t = torch.ones(1)\ndist.all_reduce(t)\n")
+    p = run_cli("sandbox.run", "-n", "2", "--json", "--trace-dir", str(tmp_path / "tr"), str(script))
+    assert p.returncode == 0
+    [w] = json.loads(p.stdout)["warnings"]
+    assert set(w) >= {"kind", "summary", "ranks", "op", "group", "seq", "sites", "rule"} and w["kind"] == "not_destroyed"
+    p = run_cli("sandbox.run", "-n", "2", str(script))
+    assert p.returncode == 0 and "Warning [not_destroyed]: Ranks 0 and 1 exited without destroying" in p.stdout
+    p = run_cli("sandbox.run", "-n", "2", "--strict", str(script))
+    assert p.returncode == 1 and p.stdout.startswith("OK")
+    offline = load_result(str(tmp_path / "tr"))
+    assert [x.to_dict() for x in offline.warnings] == [w]
