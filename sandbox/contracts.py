@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from sandbox.events import COLLECTIVES, RECVS, SENDS, UNEVEN, RankTrack
-from sandbox.words import op_of, ranks as ranks_words, signature
+from sandbox import branches
+from sandbox.events import COLLECTIVES, RECVS, SENDS, UNEVEN, RankTrack, op_of
+from sandbox.words import ranks as ranks_words, signature
 
 RULES = {
     "collective_differs": "Every rank of a group must make the same collective at the same point, with the same "
@@ -27,6 +28,9 @@ RULES = {
                       "used, the group destroyed or the process left.",
     "call_count": "Every rank of a group must make the same number of collectives on it; a rank with extra calls "
                   "waits for partners that are gone.",
+    "object_device": "A tensor inside an object (all_gather_object, gather_object, broadcast_object_list, "
+                     "scatter_object_list) comes back on the device it was sent from: send it from the CPU, or "
+                     "move it (.to(device)) before using it with this rank's tensors.",
     "not_destroyed": "Call dist.destroy_process_group() before the process exits (PyTorch warns about it from 2.4 "
                      "on; NCCL may hang or leak at exit without it).",
 }
@@ -41,6 +45,7 @@ class ContractWarning:
     group: list[int] | None = None
     seq: int | None = None
     sites: dict[int, str] = field(default_factory=dict)
+    details: dict = field(default_factory=dict)  # the facts behind the sentence, per kind (not stable)
 
     @property
     def rule(self) -> str:
@@ -55,7 +60,8 @@ class ContractWarning:
     @classmethod
     def from_dict(cls, d: dict) -> "ContractWarning":
         return cls(kind=d["kind"], summary=d["summary"], ranks=list(d["ranks"]), op=d.get("op"),
-                   group=d.get("group"), seq=d.get("seq"), sites={int(r): s for r, s in (d.get("sites") or {}).items()})
+                   group=d.get("group"), seq=d.get("seq"), sites={int(r): s for r, s in (d.get("sites") or {}).items()},
+                   details=d.get("details") or {})
 
 
 # ------------------------------------------------------------------------------------------------ reading calls
@@ -79,7 +85,7 @@ def check(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     tracks = dict(sorted(tracks.items()))
     done = {r: _completed(t) for r, t in tracks.items()}
     return (_collectives_differ(done) + _groups_differ(tracks) + _p2p_unmatched(tracks) + _async_unwaited(tracks)
-            + _call_counts(tracks) + _not_destroyed(tracks))
+            + _call_counts(tracks) + _object_devices(tracks) + _not_destroyed(tracks))
 
 
 # ------------------------------------------------------------------------------------------------ the rules
@@ -97,6 +103,12 @@ def _fingerprint(p: dict) -> tuple:
 def _said(p: dict) -> str:
     s = signature(p)
     return s[:-1] + f", {p['redop']})" if p.get("redop") and s.endswith(")") else s
+
+
+def _branch(p: dict) -> str:
+    """' (through `if rank == 0:` at x.py:5)' when the call's own site sits under a rank-dependent if."""
+    b = branches.rank_branch(branches.site_frame(p.get("site")))
+    return f" ({branches.through(b)})" if b else ""
 
 
 def _by_variant(members: dict[int, dict]) -> list[tuple[list[int], dict]]:
@@ -117,7 +129,7 @@ def _collectives_differ(done: dict[int, dict[tuple, dict]]) -> list[ContractWarn
         if len(variants) < 2:
             continue
         group = next(iter(members.values())).get("group")
-        said = "; ".join(f"{ranks_words(rs)} called {_said(p)} at {_where(p)}" for rs, p in variants)
+        said = "; ".join(f"{ranks_words(rs)} called {_said(p)} at {_where(p)}{_branch(p)}" for rs, p in variants)
         out.append(ContractWarning(
             "collective_differs", f"Call #{seq} of group {group} completed but was not the same call on every "
                                   f"rank: {said}.",
@@ -231,9 +243,54 @@ def _call_counts(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
         out.append(ContractWarning(
             "call_count", f"The ranks left group {group} with different numbers of collectives: "
                           + "; ".join(f"{ranks_words([r])} made {counts[r]}" for r in group)
-                          + f". The first call {ranks_words(short)} never made is {_said(extra)} at {_where(extra)}.",
+                          + f". The first call {ranks_words(short)} never made is {_said(extra)} at {_where(extra)}"
+                          + f"{_branch(extra)}.",
             group, op=op_of(extra), group=group, seq=extra.get("seq"), sites={r: _where(extra) for r in long_}))
     return out
+
+
+def _object_devices(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    """Per object collective (by its site): ranks handed tensors on devices other than those they sent from."""
+    by_call: dict[tuple, dict[int, tuple]] = {}
+    for r, t in tracks.items():
+        for rec in t.object_devices:
+            own = set(rec["sent"])
+            foreign = {int(src): sorted(set(devs) - own) for src, devs in rec["got"].items()
+                       if src.lstrip("-").isdigit() and int(src) != r and set(devs) - own}
+            if own and foreign:
+                call = rec["call"]
+                by_call.setdefault((call["op"], _where(call)), {})[r] = (call, foreign, sorted(own))
+    out = []
+    for (op, site), per_rank in sorted(by_call.items()):
+        r, (call, foreign, own) = min(per_rank.items())
+        devices = sorted({d for ds in foreign.values() for d in ds})
+        more = sorted(set(per_rank) - {r})
+        out.append(ContractWarning(
+            "object_device", f"{op} at {site} handed rank {r} tensors on {', '.join(devices)} (from "
+                             f"{ranks_words(sorted(foreign))}), while its own are on {', '.join(own)}"
+                             + (f"; likewise {ranks_words(more)}" if more else "") + ".",
+            sorted(per_rank), op=op, group=call.get("group"), seq=call.get("seq"),
+            sites={q: site for q in per_rank},
+            details={"foreign": {str(q): sorted({d for ds in f.values() for d in ds})
+                                 for q, (_, f, _) in per_rank.items()}}))
+    return out
+
+
+def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTrack]) -> None:
+    """A failed run whose failure a warning explains: say so in the diagnosis (its summary and details).
+    Today: a device-mismatch error on a rank that an object collective handed tensors from other devices."""
+    for w in warnings:
+        if w.kind != "object_device":
+            continue
+        for r in [q for q in diagnosis.culprit_ranks if q in w.ranks] + [q for q in w.ranks if q not in diagnosis.culprit_ranks]:
+            err = tracks[r].error if r in tracks else None
+            if err and "same device" in (err.get("message") or ""):
+                devices = w.details.get("foreign", {}).get(str(r), [])
+                diagnosis.summary += (f" Rank {r}'s failing call at {err.get('site') or '?'} got tensors that {w.op} "
+                                      f"at {w.sites.get(r)} delivered from {', '.join(devices)} (a tensor inside an "
+                                      "object comes back on the device it was sent from).")
+                diagnosis.details["contract"] = w.kind
+                return
 
 
 def _not_destroyed(tracks: dict[int, RankTrack]) -> list[ContractWarning]:

@@ -36,6 +36,8 @@ Events (every one has "ev", "rank" and "t", seconds since the epoch):
 - `exit`: the call with `id` returned (`op` repeated), or raised (`error`: "Type: message"). With `inflight`: it
   returned to Python but is still running on the GPU (NCCL); a `done` event with the same `id` follows when the
   GPU has finished it. Until then the call is still pending.
+  An object collective's exit may add `sent_devices` (the devices of the tensors inside the object this rank
+  sent) and `got_devices` ({source rank: devices} of the tensors inside what it received).
 - `done`: an in-flight call finished on the GPU.
 - `end`: the rank's own code ended: `outcome` "ok", "error" (with `error`: `type`, `message`, `traceback`,
   `site`) or "exit" (sys.exit with a non-zero `exit_code`). A rank that is killed writes none.
@@ -270,6 +272,7 @@ class RankTrack:
         self.p2p_done: dict[tuple, int] = {}     # (direction, peer, tag) -> point-to-point calls that returned
         self.p2p_site: dict[tuple, str] = {}     # (direction, peer) -> the first such call's site
         self.destroyed = False                   # destroy_process_group returned after the last init
+        self.object_devices: list[dict] = []     # object collectives whose objects held tensors: call, sent, got
 
     def feed(self, ev: dict) -> None:
         self.events.append(ev)
@@ -301,6 +304,9 @@ class RankTrack:
         elif kind == "exit":
             start = self.open.pop(ev.get("id"), None)
             self._returned(ev, start)
+            if start is not None and ev.get("got_devices") and len(self.object_devices) < 1000:
+                self.object_devices.append({"call": start, "sent": ev.get("sent_devices") or [],
+                                            "got": ev["got_devices"]})
             if start is not None:
                 if ev.get("error"):
                     self.failed_call = start

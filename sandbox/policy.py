@@ -98,6 +98,8 @@ def judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, timeo
     """
     j = _judge(tracks, stopped_for, timeout=timeout, blocked_s=blocked_s)
     j.warnings = contracts.check(tracks)
+    if j.verdict != "ok":
+        contracts.explain(j.diagnosis, j.warnings, tracks)
     return j
 
 

@@ -389,8 +389,56 @@ def _returned(spec: _Spec, call_id: int, ev: dict | None, args: tuple, kwargs: d
         w = _StreamMark()  # NCCL synced at C++ level: the stream says when it is really done
     if w is not None and not _completed(w):
         _in_flight(w, call_id, name)
+    elif name in _OBJECT_COLLECTIVES:
+        emit({"ev": "exit", "rank": _rank, "id": call_id, "op": name, **_object_devices(spec, args, kwargs)})
     else:
         os.write(_fd, events.exit_line(_rank, call_id, name, time.time()))
+
+
+# where the tensors inside the objects of an object collective live: what this rank sent, what it got from whom
+# (a pickled tensor comes back on the device it left from: the root of the cross-device bug)
+_OBJECT_COLLECTIVES = {"all_gather_object": ("obj", "object_list"), "gather_object": ("obj", "object_gather_list"),
+                       "broadcast_object_list": (None, "object_list"),
+                       "scatter_object_list": (None, "scatter_object_output_list")}
+
+
+def _tensor_devices(obj, out: set, depth: int = 0, budget: list | None = None) -> set:
+    budget = [2000] if budget is None else budget
+    if budget[0] <= 0 or depth > 4:
+        return out
+    budget[0] -= 1
+    if isinstance(obj, torch.Tensor):
+        out.add(str(obj.device))
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _tensor_devices(v, out, depth + 1, budget)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _tensor_devices(v, out, depth + 1, budget)
+    return out
+
+
+def _object_devices(spec: _Spec, args: tuple, kwargs: dict) -> dict:
+    sent_arg, got_arg = _OBJECT_COLLECTIVES[spec.name]
+    fields = {}
+    sent = _tensor_devices(spec.arg(args, kwargs, sent_arg), set()) if sent_arg else set()
+    if sent:
+        fields["sent_devices"] = sorted(sent)
+    got = spec.arg(args, kwargs, got_arg)
+    if isinstance(got, list) and got:
+        info = group_info(spec.arg(args, kwargs, "group"))
+        members = info[1] if info else list(range(len(got)))
+        src = spec.arg(args, kwargs, "src")
+        per = {}
+        for i, o in enumerate(got):
+            devs = _tensor_devices(o, set())
+            if devs:
+                frm = src if spec.name == "broadcast_object_list" and src is not None else (
+                    members[i] if i < len(members) and spec.name != "scatter_object_list" else None)
+                per[str(frm)] = sorted(devs)
+        if per:
+            fields["got_devices"] = per
+    return fields
 
 
 def _exit_anyway(call_id: int, op: str, e: Exception) -> None:

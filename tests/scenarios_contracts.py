@@ -93,3 +93,35 @@ def data_parallel_loop(steps=300):
     weights = [p.detach().clone() for p in model.parameters()]
     dist.destroy_process_group()
     return float(sum(w.sum() for w in weights))
+
+
+def save_checkpoint(step):
+    """Written for every rank, called by one: a barrier so nobody reads a half-written checkpoint."""
+    dist.barrier()
+    return step
+
+
+def checkpoint_on_rank_zero():
+    """The new user's hang: rank 0 alone enters save_checkpoint (and its barrier), the others go on training."""
+    rank, _ = _init()
+    t = torch.ones(3)
+    for step in range(3):
+        dist.all_reduce(t)
+        if step == 1 and rank == 0:
+            save_checkpoint(step)
+    dist.destroy_process_group()
+
+
+def gathered_across_devices():
+    """Samples on (simulated) cuda:<rank> gathered as objects: each comes back on its sender's device; the ranks
+    move them before stacking, so the run finishes, but the tensors they were handed lived elsewhere."""
+    from sandbox import simulate
+
+    rank, world = _init()
+    mine = simulate.DeviceSample(rewards=simulate.on_device(torch.rand(3), f"cuda:{rank}"))
+    pool = [None] * world
+    dist.all_gather_object(pool, mine)
+    with simulate.devices_checked():
+        stacked = torch.stack([s["rewards"].to(f"cuda:{rank}") for s in pool])
+    dist.destroy_process_group()
+    return str(stacked.device)

@@ -52,6 +52,7 @@ def test_ranks_that_left_with_different_call_counts(clean):
     count = res.warnings[1]
     assert (count.group, count.seq) == ([0, 1], 2)
     assert "rank 0 made 2; rank 1 made 1" in count.summary
+    assert "(through `if rank == 0:` at tests/scenarios_contracts.py:50)" in count.summary
 
 
 def test_a_group_never_destroyed(clean):
@@ -88,3 +89,33 @@ def test_json_terminal_strict_and_offline_say_the_same(tmp_path, clean):
     assert p.returncode == 1 and p.stdout.startswith("OK")
     offline = load_result(str(tmp_path / "tr"))
     assert [x.to_dict() for x in offline.warnings] == [w]
+
+
+def test_a_hang_names_the_rank_dependent_if_that_led_there(clean):
+    res = launch(sc.checkpoint_on_rank_zero, world_size=4)
+    assert res.verdict == "hang" and res.diagnosis.kind == "collective_mismatch", res.diagnosis.summary
+    assert ("Rank 0 reached barrier() at tests/scenarios_contracts.py:100 through `if step == 1 and rank == 0:` at "
+            "tests/scenarios_contracts.py:110; ranks 1-3 skipped it.") in res.diagnosis.summary
+    assert res.diagnosis.details["branch"] == {"test": "step == 1 and rank == 0", "taken": "if", "ranks": [0],
+                                               "site": "tests/scenarios_contracts.py:110"}
+
+
+def test_an_object_collective_that_handed_tensors_from_other_devices(clean):
+    res = launch(sc.gathered_across_devices, world_size=3)
+    assert res.verdict == "ok" and res.values == ["cuda:0", "cuda:1", "cuda:2"], res.diagnosis.summary
+    [w] = res.warnings
+    assert (w.kind, w.op, w.ranks) == ("object_device", "all_gather_object", [0, 1, 2])
+    assert w.summary.startswith("all_gather_object at tests/scenarios_contracts.py:") and \
+        "handed rank 0 tensors on cuda:1, cuda:2 (from ranks 1 and 2), while its own are on cuda:0" in w.summary
+
+
+def test_a_failure_a_warning_explains_says_so_in_the_diagnosis(clean):
+    from sandbox.bugs import registry
+    from sandbox.repro import run_variant
+
+    res, ok, _ = run_variant(registry()["cross-device"], "broken", 4)
+    assert ok and res.verdict == "error"
+    culprit = res.diagnosis.culprit_ranks[0]
+    assert (f"Rank {culprit}'s failing call at sandbox/bugs/cross_device.py:" in res.diagnosis.summary
+            and "got tensors that all_gather_object at sandbox/bugs/cross_device.py:" in res.diagnosis.summary)
+    assert res.diagnosis.details["contract"] == "object_device"

@@ -17,13 +17,13 @@ On GPUs (NCCL): the same. The rendezvous (the TCP store of `init_method`) comes 
 waits at one endpoint and the others at another whatever the backend.
 
 Run: python -m sandbox.repro init-port
-    broken: HANG [init_mismatch]: 4 ranks in 2.15 s
-      The ranks disagree on the rendezvous, so they can never meet: rank 0 at 127.0.0.1:33387 (world size 4,
-      env://); ranks 1-3 at 127.0.0.1:39423 (world size 4, tcp://localhost:39423). The launcher's endpoint is
-      127.0.0.1:33387 (MASTER_ADDR:MASTER_PORT); ranks 1-3 use another (tcp://localhost:39423 at
-      sandbox/bugs/init_port.py:52).
+    broken: HANG [init_mismatch]: 4 ranks in 2.24 s
+      The ranks disagree on the rendezvous, so they can never meet: rank 0 at 127.0.0.1:58951 (world size 4,
+      env://); ranks 1-3 at 127.0.0.1:54011 (world size 4, tcp://localhost:54011). The launcher's endpoint is
+      127.0.0.1:58951 (MASTER_ADDR:MASTER_PORT); ranks 1-3 use another (tcp://localhost:54011 at
+      sandbox/bugs/init_port.py:60).
       expected: hang, init_mismatch, culprits others -> as documented
-    fixed: OK: 4 ranks in 1.14 s
+    fixed: OK: 4 ranks in 1.29 s
       expected: ok, = single-process reference -> as documented
 (The reported code hard-coded port 29500; the sandbox uses a free stand-in port so it never depends on 29500 being
 free.)

@@ -20,11 +20,11 @@ gets the data once it posts its recv, and the broken variant completes. Were the
 would never exit: the contract (wait on the request) is broken on NCCL too.
 
 Run: python -m sandbox.repro isend-unwaited
-    broken: ERROR [rank_error]: 2 ranks in 1.09 s
-      Rank 1 raised RuntimeError: Read error [127.0.0.1]:9110: Connection reset by peer at
-      sandbox/bugs/isend_unwaited.py:53.
+    broken: ERROR [rank_error]: 2 ranks in 1.22 s
+      Rank 1 raised RuntimeError: Read error [127.0.0.1]:7597: Connection reset by peer at
+      sandbox/bugs/isend_unwaited.py:70.
       expected: error, error /Connection closed by peer|Connection reset by peer/ -> as documented
-    fixed: OK: 2 ranks in 1.05 s
+    fixed: OK: 2 ranks in 1.28 s
       expected: ok, = single-process reference -> as documented
 """
 import os

@@ -22,12 +22,11 @@ On GPUs (NCCL): the CUDA code this port started from, with `device_id=cuda:i`, w
 seen from the other side: only a device type gloo does not list, such as xpu, breaks.
 
 Run: python -m sandbox.repro xpu-device-id
-    broken: ERROR [rank_error]: 4 ranks in 1.19 s
-      Rank 0 raised RuntimeError: No backend type associated with device type xpu at
-      sandbox/bugs/xpu_device_id.py:47. Its peers saw: ranks 1-3 got RuntimeError: No backend type associated
-      with device type xpu.
+    broken: ERROR [rank_error]: 4 ranks in 1.32 s
+      All 4 ranks raised the same error, RuntimeError: No backend type associated with device type xpu at
+      sandbox/bugs/xpu_device_id.py:64.
       expected: error, rank_error, error /No backend type associated with device type xpu/ -> as documented
-    fixed: OK: 4 ranks in 1.17 s
+    fixed: OK: 4 ranks in 1.47 s
       expected: ok, = single-process reference -> as documented
 """
 import datetime

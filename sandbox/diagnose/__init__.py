@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from sandbox import words
+from sandbox import branches, words
 from sandbox.events import UNEVEN, RankTrack, is_collective, op_of, p2p_direction
 from sandbox.result import Diagnosis
 
@@ -242,11 +242,38 @@ def _bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
             what.append("shape")
         if len({s[3] for s in camps}) > 1:
             what.append("dtype")
+        branch = rank_branch_of(camps, members, tracks)
         return Diagnosis("collective_mismatch",
                          f"Collective mismatch at call #{seq} of group {ex.get('group')}: " + "; ".join(parts) +
-                         f". The {'/'.join(what) or 'call'} must be the same on every rank of the group.",
+                         f". The {'/'.join(what) or 'call'} must be the same on every rank of the group."
+                         + (f" {branch['words']}" if branch else ""),
                          culprits, op_of(ex), ex.get("group"), seq, ex.get("site"),
-                         {"calls": {str(r): words.call(p) for r, p in sorted(members.items())}, "differs_in": what})
+                         {"calls": {str(r): words.call(p) for r, p in sorted(members.items())}, "differs_in": what,
+                          **({"branch": {k: v for k, v in branch.items() if k != "words"}} if branch else {})})
+    return None
+
+
+def rank_branch_of(camps: dict, members: dict[int, dict], tracks: dict[int, RankTrack]) -> dict | None:
+    """Ranks that disagree at one call, one camp of them having got there through a rank-dependent `if` (read
+    from a hung rank's stack, else from the call's site): that branch, and a sentence saying so."""
+    def branch(r):
+        t = tracks.get(r)
+        frames = branches.stack_frames(t.stack if t is not None else None) or branches.site_frame(members[r].get("site"))
+        return branches.rank_branch(frames)
+
+    found = {tuple(rs): branch(rs[0]) for rs in camps.values()}
+    for rs in sorted(camps.values(), key=len):  # the fewest first: usually the ones that took the branch
+        b = found[tuple(rs)]
+        if b is None:
+            continue
+        others = sorted(set(members) - set(rs))
+        other = next((o for k, o in found.items() if k != tuple(rs) and o and o["site"] == b["site"]), None)
+        rest = "took its else" if other and other["taken"] != b["taken"] and b["taken"] == "if" else "skipped it"
+        p = members[rs[0]]
+        b["ranks"] = sorted(rs)
+        b["words"] = (f"{words.ranks(rs).capitalize()} reached {words.signature(p)} at {p.get('site')} "
+                      f"{branches.through(b)}; {words.ranks(others)} {rest}.")
+        return b
     return None
 
 

@@ -1,0 +1,88 @@
+"""Which rank-dependent `if` a call was reached through. A collective inside `if rank == 0:` (or under
+`is_main_process()`, `if dist.get_rank() != 0`, and the like) is the usual way for ranks to disagree about the
+calls they make. Given the frames that led to a call, from a hung rank's stack or a call's own site, this finds the
+innermost enclosing `if` whose test reads the rank, by parsing the source files (no torch, no imports of them).
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+
+from sandbox import _paths
+from sandbox.words import shown_path
+
+# names that say "which rank am I" in a test
+RANKISH = re.compile(r"(?<![A-Za-z0-9_])(rank|local_rank|global_rank|node_rank|get_rank|get_local_rank|RANK|"
+                     r"LOCAL_RANK|is_main_process|is_main|is_master|is_rank_zero|is_rank_0|rank_zero|rank0|"
+                     r"is_primary|main_process|is_global_zero|is_local_main_process)(?![A-Za-z0-9_])")
+_FRAME = re.compile(r'\s+File "(.+)", line (\d+) in (\S+)')
+_trees: dict[str, tuple[ast.AST, str] | None] = {}
+
+
+def stack_frames(stack: str | None) -> list[tuple[str, int]]:
+    """(path, line) of the user's frames in a faulthandler dump's first thread (the one that was dumped from: the
+    main thread of a rank blocked in a call), innermost first."""
+    out = []
+    for i, line in enumerate((stack or "").splitlines()):
+        if i > 0 and not line.startswith(" "):
+            if out:
+                break
+            continue
+        m = _FRAME.match(line)
+        if m and not (_paths.is_plumbing(m.group(1)) or _paths.is_stdlib(m.group(1))):
+            out.append((m.group(1), int(m.group(2))))
+    return out
+
+
+def site_frame(site: str | None) -> list[tuple[str, int]]:
+    """The one frame of a trace's call site ("dir/file.py:12"), relative to this directory if it is not absolute."""
+    if not site or ":" not in site:
+        return []
+    path, _, line = site.rpartition(":")
+    return [(os.path.abspath(path), int(line))] if line.isdigit() else []
+
+
+def _tree(path: str):
+    if path not in _trees:
+        try:
+            with open(path, encoding="utf-8") as f:
+                src = f.read()
+            _trees[path] = (ast.parse(src, path), src)
+        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+            _trees[path] = None
+    return _trees[path]
+
+
+def _span(nodes: list) -> tuple[int, int] | None:
+    return (nodes[0].lineno, max(getattr(n, "end_lineno", n.lineno) for n in nodes)) if nodes else None
+
+
+def rank_branch(frames: list[tuple[str, int]]) -> dict | None:
+    """The innermost rank-dependent `if` around the call, looking from the innermost frame out:
+    {"test": "rank == 0", "site": "train.py:30", "taken": "if" | "else"}; None if there is none."""
+    for path, line in frames:
+        parsed = _tree(path)
+        if parsed is None:
+            continue
+        tree, src = parsed
+        best = None
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.If):
+                continue
+            for taken, body in (("if", node.body), ("else", node.orelse)):
+                span = _span(body)
+                if span and span[0] <= line <= span[1]:
+                    test = ast.get_source_segment(src, node.test) or ""
+                    if RANKISH.search(test) and (best is None or node.lineno > best[0].lineno):
+                        best = (node, taken, test)
+        if best is not None:
+            node, taken, test = best
+            return {"test": " ".join(test.split()), "site": f"{shown_path(path)}:{node.lineno}", "taken": taken}
+    return None
+
+
+def through(branch: dict) -> str:
+    """'through `if rank == 0:` at train.py:30' (or 'through the else of ...')."""
+    head = "through" if branch["taken"] == "if" else "through the else of"
+    return f"{head} `if {branch['test']}:` at {branch['site']}"

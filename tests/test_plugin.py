@@ -1,0 +1,73 @@
+"""The pytest plugin (sandbox/pytest_plugin.py), used by this suite as a project would use it: the marked tests'
+bodies run on every sandbox rank. The pytester tests run a marked test file in a pytest of its own, to show how a
+hang, a failing rank and a contract warning fail there."""
+import pytest
+import torch
+import torch.distributed as dist
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.mark.sandbox(world_size=4)
+def test_all_reduce_sums_over_four_ranks():
+    t = torch.ones(2) * dist.get_rank()
+    dist.all_reduce(t)
+    assert t.tolist() == [6.0, 6.0]
+
+
+@pytest.mark.sandbox(3)
+def test_fixture_values_reach_every_rank(tmp_path):
+    (tmp_path / f"rank-{dist.get_rank()}").write_text("here")
+    dist.barrier()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0", "rank-1", "rank-2"]
+
+
+INNER = '''
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.sandbox(world_size=4)
+def test_mismatch():
+    t = torch.ones(2)
+    if dist.get_rank() == 2:
+        dist.broadcast(t, src=0)
+    else:
+        dist.all_reduce(t)
+
+
+@pytest.mark.sandbox(world_size=2)
+def test_rank_one_is_wrong():
+    assert dist.get_rank() == 0, "only rank 0 may be here"
+
+
+@pytest.mark.sandbox(world_size=2, init=False)
+def test_leaves_the_group():
+    dist.init_process_group("gloo")
+    dist.barrier()
+
+
+@pytest.mark.sandbox(world_size=2, colour="red")
+def test_bad_option():
+    pass
+'''
+
+
+def test_failures_carry_the_sandbox_s_diagnosis(pytester):
+    pytester.makepyfile(test_inner=INNER)
+    r = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    r.assert_outcomes(passed=1, failed=3)
+    out = r.stdout.str()
+    assert "sandbox: HANG [collective_mismatch]: 4 ranks" in out
+    assert "ranks 0, 1 and 3 call all_reduce" in out and "rank 2 calls broadcast" in out
+    assert "sandbox: ERROR [rank_error]: 2 ranks" in out and "AssertionError: only rank 0 may be here" in out
+    assert "@pytest.mark.sandbox takes world_size and" in out and "colour" in out
+
+
+def test_strict_fails_a_run_that_broke_a_contract(pytester):
+    pytester.makepyfile(test_inner=INNER)
+    r = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "--sandbox-strict", "-k", "leaves")
+    r.assert_outcomes(failed=1)
+    out = r.stdout.str()
+    assert "the run finished but broke a contract (1 warning)" in out and "Warning [not_destroyed]" in out
