@@ -24,6 +24,10 @@ RULES = {
                       "ranks, in the same order: groups are named by that order.",
     "p2p_unmatched": "Every send needs a matching recv on its peer (same tag); an unmatched one hangs on gloo and on "
                      "NCCL as soon as the timing changes.",
+    "send_cycle": "With blocking send/recv, the matching recv must be reachable on the peer before a send: two ranks "
+                  "that send to each other first deadlock on gloo at any size, and on NCCL once the messages outgrow "
+                  "its buffers or the pair's connection is new. Post both sides first (isend/irecv, "
+                  "batch_isend_irecv), or order them by rank.",
     "async_unwaited": "The Work of an isend, irecv or async_op=True call must be waited on before its tensor is "
                       "used, the group destroyed or the process left.",
     "call_count": "Every rank of a group must make the same number of collectives on it; a rank with extra calls "
@@ -84,7 +88,8 @@ def check(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     """Every contract breach the traces show, in a stable order."""
     tracks = dict(sorted(tracks.items()))
     done = {r: _completed(t) for r, t in tracks.items()}
-    return (_collectives_differ(done) + _groups_differ(tracks) + _p2p_unmatched(tracks) + _async_unwaited(tracks)
+    return (_collectives_differ(done) + _groups_differ(tracks) + _p2p_unmatched(tracks) + _send_cycles(tracks)
+            + _async_unwaited(tracks)
             + _call_counts(tracks) + _object_devices(tracks) + _not_destroyed(tracks))
 
 
@@ -202,6 +207,40 @@ def _p2p_unmatched(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     return out
 
 
+def _send_cycles(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    """Two ranks that each entered a blocking send to the other before receiving the other's message, and both
+    completed: the kv-sync pattern, finished only because the backend buffered the messages (NCCL does for small
+    ones on a connected pair; gloo never does)."""
+    def first_cycle(ta, tb, a, b):
+        xs = [x for x in ta.blocking_p2p if x[0] == "send" and x[1] == b]
+        ys = [y for y in tb.blocking_p2p if y[0] == "send" and y[1] == a]
+        for x in xs:
+            for y in ys:
+                if not (x[2] < y[3] and y[2] < x[3]):
+                    continue  # not inside their sends at the same time
+                first, second, t_second = (x, y, tb) if x[2] <= y[2] else (y, x, ta)
+                peer = a if t_second is tb else b
+                got_first = any(z[0] == "recv" and z[1] == peer and first[2] <= z[3] <= second[2]
+                                for z in t_second.blocking_p2p)
+                if not got_first:
+                    return x, y
+        return None
+
+    out = []
+    for a, ta in tracks.items():
+        for b, tb in tracks.items():
+            if b <= a:
+                continue
+            hit = first_cycle(ta, tb, a, b)
+            if hit:
+                sa, sb = hit[0][4] or "?", hit[1][4] or "?"
+                out.append(ContractWarning(
+                    "send_cycle", f"Ranks {a} and {b} each sent to the other before receiving (rank {a} at {sa}, "
+                                  f"rank {b} at {sb}), both in blocking sends at once; it completed only because the "
+                                  "backend buffered the messages.", [a, b], op="send", sites={a: sa, b: sb}))
+    return out
+
+
 def _async_unwaited(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     out = []
     for r, t in sorted(tracks.items()):
@@ -282,7 +321,8 @@ def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTr
     for w in warnings:
         if w.kind != "object_device":
             continue
-        for r in [q for q in diagnosis.culprit_ranks if q in w.ranks] + [q for q in w.ranks if q not in diagnosis.culprit_ranks]:
+        first = [q for q in diagnosis.culprit_ranks if q in w.ranks]
+        for r in first + [q for q in w.ranks if q not in first]:
             err = tracks[r].error if r in tracks else None
             if err and "same device" in (err.get("message") or ""):
                 devices = w.details.get("foreign", {}).get(str(r), [])
@@ -299,6 +339,6 @@ def _not_destroyed(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
         return []
     rs = [r for r, _ in left]
     return [ContractWarning(
-        "not_destroyed", f"{ranks_words(rs).capitalize()} exited without destroying the default process group (initialised at "
-                         f"{_where(left[0][1])}).", rs, op="destroy_process_group",
+        "not_destroyed", f"{ranks_words(rs).capitalize()} exited without destroying the default process group "
+                         f"(initialised at {_where(left[0][1])}).", rs, op="destroy_process_group",
         sites={r: _where(p) for r, p in left})]

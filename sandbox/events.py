@@ -64,6 +64,7 @@ SENDS = frozenset({"send", "isend", "send_object_list"})
 RECVS = frozenset({"recv", "irecv", "recv_object_list"})
 # a collective's per-rank shapes may differ legitimately in these (uneven splits)
 UNEVEN = frozenset({"all_to_all", "all_to_all_single", "gather", "scatter"})
+P2P_WINDOW = 256  # a rank remembers the times of about its last P2P_WINDOW blocking point-to-point calls
 BUCKET_WINDOW = 4096  # a rank remembers the collectives of its last BUCKET_WINDOW sequence numbers per group
 MAX_EVENTS = 200_000  # per rank: a long job keeps its most recent calls, not all of them
 
@@ -273,6 +274,7 @@ class RankTrack:
         self.p2p_site: dict[tuple, str] = {}     # (direction, peer) -> the first such call's site
         self.destroyed = False                   # destroy_process_group returned after the last init
         self.object_devices: list[dict] = []     # object collectives whose objects held tensors: call, sent, got
+        self.blocking_p2p: list[tuple] = []      # (direction, peer, entered, returned, site): recent blocking p2p
 
     def feed(self, ev: dict) -> None:
         self.events.append(ev)
@@ -332,6 +334,11 @@ class RankTrack:
             for direction, peer, tag in p2p_ops(start):
                 self.p2p_done[(direction, peer, tag)] = self.p2p_done.get((direction, peer, tag), 0) + 1
                 self.p2p_site.setdefault((direction, peer), start.get("site") or "?")
+            if p2p_direction(start) and op != "wait" and not start.get("async") and start.get("peer") is not None:
+                if len(self.blocking_p2p) >= 2 * P2P_WINDOW:
+                    del self.blocking_p2p[:P2P_WINDOW]
+                self.blocking_p2p.append((p2p_direction(start), start["peer"], start.get("t", 0), ev.get("t", 0),
+                                          start.get("site")))
         if start["op"] in COLLECTIVES and "seq" in start:
             self.passed[(start.get("gname"), start["seq"])] = not ev.get("error")
 

@@ -12,8 +12,8 @@ registry. A module defines:
     def options(world_size, gpu) -> dict   # optional: keyword arguments chosen in the parent (ports, sizes)
 
 Nothing here imports torch, and neither does reading the registry: the parent reads each module's source (its
-docstring and its `BUG = Bug(...)` assignment, which may use only literals, Bug, Expect and Gpu) without importing it, so
-`python -m sandbox.repro --list` answers at once. The modules' functions, and their torch, run in the ranks.
+docstring and its `BUG = Bug(...)` assignment, which may use only literals, Bug, Expect and Gpu) without importing
+it, so `python -m sandbox.repro --list` answers at once. The modules' functions, and their torch, run in the ranks.
 
 A run without `--gpu` is a CPU run on any machine and any torch build: its ranks see no GPU (the launcher empties
 CUDA_VISIBLE_DEVICES), so `torch.cuda.is_available()` is False there and a bug's code takes its gloo path. Under
@@ -38,6 +38,7 @@ class Expect:
     error: str | None = None                            # a regex that some rank's error or output must match
     output: str | None = None                           # a regex that some rank's output must match
     matches_reference: bool = False                     # each rank's value equals reference() (torch.testing)
+    warns: str | None = None                            # a run that finishes must carry this contract warning kind
     note: str = ""                                      # how to read it, in one line
 
     def describe(self) -> str:
@@ -51,6 +52,8 @@ class Expect:
             bits.append(f"error /{self.error}/")
         if self.matches_reference:
             bits.append("= single-process reference")
+        if self.warns:
+            bits.append(f"warning {self.warns} if it finishes")
         return ", ".join(bits)
 
 
@@ -161,6 +164,8 @@ def check(bug: Bug, expect: Expect, res, reference=None, debug: bool = False) ->
         why.append(f"no rank's error matches /{expect.error}/")
     if expect.output and not any(re.search(expect.output, r.output) for r in res.ranks):
         why.append(f"no rank's output matches /{expect.output}/")
+    if expect.warns and res.verdict == "ok" and expect.warns not in {w.kind for w in res.warnings}:
+        why.append(f"it finished without the {expect.warns} warning that names its root cause")
     if expect.matches_reference and res.verdict == "ok":
         ref = reference if reference is not None else _reference_of(res)
         if ref is None:

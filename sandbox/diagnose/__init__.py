@@ -258,7 +258,8 @@ def rank_branch_of(camps: dict, members: dict[int, dict], tracks: dict[int, Rank
     from a hung rank's stack, else from the call's site): that branch, and a sentence saying so."""
     def branch(r):
         t = tracks.get(r)
-        frames = branches.stack_frames(t.stack if t is not None else None) or branches.site_frame(members[r].get("site"))
+        frames = (branches.stack_frames(t.stack if t is not None else None)
+                  or branches.site_frame(members[r].get("site")))
         return branches.rank_branch(frames)
 
     found = {tuple(rs): branch(rs[0]) for rs in camps.values()}
