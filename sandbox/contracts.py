@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from sandbox import branches
 from sandbox.events import COLLECTIVES, RECVS, SENDS, UNEVEN, RankTrack, op_of
-from sandbox.words import ranks as ranks_words, signature
+from sandbox.words import plural, ranks as ranks_words, signature
 
 RULES = {
     "collective_differs": "Every rank of a group must make the same collective at the same point, with the same "
@@ -61,12 +61,6 @@ class ContractWarning:
         d["rule"] = self.rule
         return d
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "ContractWarning":
-        return cls(kind=d["kind"], summary=d["summary"], ranks=list(d["ranks"]), op=d.get("op"),
-                   group=d.get("group"), seq=d.get("seq"), sites={int(r): s for r, s in (d.get("sites") or {}).items()},
-                   details=d.get("details") or {})
-
 
 # ------------------------------------------------------------------------------------------------ reading calls
 
@@ -89,20 +83,15 @@ def check(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     tracks = dict(sorted(tracks.items()))
     done = {r: _completed(t) for r, t in tracks.items()}
     return (_collectives_differ(done) + _groups_differ(tracks) + _p2p_unmatched(tracks) + _send_cycles(tracks)
-            + _async_unwaited(tracks)
-            + _call_counts(tracks) + _object_devices(tracks) + _not_destroyed(tracks))
+            + _async_unwaited(tracks) + _call_counts(tracks) + _object_devices(tracks) + _not_destroyed(tracks))
 
 
 # ------------------------------------------------------------------------------------------------ the rules
 
-def _shape_free(p: dict) -> bool:
-    return op_of(p) in UNEVEN
-
-
 def _fingerprint(p: dict) -> tuple:
+    """What must be equal on every rank at one call of a group (shapes may differ in the uneven ops)."""
     op = op_of(p)
-    return (op, p.get("root"), None if _shape_free(p) else repr(p.get("shapes")), repr(p.get("dtypes")),
-            p.get("redop"))
+    return op, p.get("root"), None if op in UNEVEN else repr(p.get("shapes")), repr(p.get("dtypes")), p.get("redop")
 
 
 def _said(p: dict) -> str:
@@ -124,23 +113,31 @@ def _by_variant(members: dict[int, dict]) -> list[tuple[list[int], dict]]:
 
 
 def _collectives_differ(done: dict[int, dict[tuple, dict]]) -> list[ContractWarning]:
+    """The first call of each group that differed across ranks, and how many later ones did too (a loop repeats
+    one mistake: one warning says it)."""
     buckets: dict[tuple, dict[int, dict]] = {}
     for r, calls in done.items():
         for key, p in calls.items():
             buckets.setdefault(key, {})[r] = p
-    out = []
+    first: dict[str, ContractWarning] = {}
     for (gname, seq), members in sorted(buckets.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         variants = _by_variant(members)
         if len(variants) < 2:
             continue
+        if gname in first:
+            first[gname].details["later"] = first[gname].details.get("later", 0) + 1
+            continue
         group = next(iter(members.values())).get("group")
         said = "; ".join(f"{ranks_words(rs)} called {_said(p)} at {_where(p)}{_branch(p)}" for rs, p in variants)
-        out.append(ContractWarning(
+        first[gname] = ContractWarning(
             "collective_differs", f"Call #{seq} of group {group} completed but was not the same call on every "
                                   f"rank: {said}.",
             sorted(members), op=op_of(variants[0][1]), group=group, seq=seq,
-            sites={r: _where(p) for r, p in members.items()}))
-    return out
+            sites={r: _where(p) for r, p in members.items()})
+    for w in first.values():
+        if w.details.get("later"):
+            w.summary += f" {plural(w.details['later'], 'later call')} of this group differed too."
+    return list(first.values())
 
 
 def _groups_differ(tracks: dict[int, RankTrack]) -> list[ContractWarning]:

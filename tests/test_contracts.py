@@ -25,7 +25,8 @@ def test_a_collective_that_completed_differently_on_the_ranks(clean):
     assert (w.kind, w.op, w.group, w.seq, w.ranks) == ("collective_differs", "all_reduce", [0, 1], 1, [0, 1])
     assert "rank 0 called all_reduce(shape [1], float32, SUM)" in w.summary
     assert "rank 1 called all_reduce(shape [1], float32, MAX)" in w.summary
-    assert w.sites == {0: "tests/scenarios_contracts.py:18", 1: "tests/scenarios_contracts.py:18"}
+    assert w.sites == {0: "tests/scenarios_contracts.py:19", 1: "tests/scenarios_contracts.py:19"}
+    assert w.summary.endswith("2 later calls of this group differed too.")
 
 
 def test_a_group_created_by_only_some_ranks(clean):
@@ -52,7 +53,7 @@ def test_ranks_that_left_with_different_call_counts(clean):
     count = res.warnings[1]
     assert (count.group, count.seq) == ([0, 1], 2)
     assert "rank 0 made 2; rank 1 made 1" in count.summary
-    assert "(through `if rank == 0:` at tests/scenarios_contracts.py:50)" in count.summary
+    assert "(through `if rank == 0:` at tests/scenarios_contracts.py:51)" in count.summary
 
 
 def test_a_group_never_destroyed(clean):
@@ -95,10 +96,10 @@ def test_json_terminal_strict_and_offline_say_the_same(tmp_path, clean):
 def test_a_hang_names_the_rank_dependent_if_that_led_there(clean):
     res = launch(sc.checkpoint_on_rank_zero, world_size=4)
     assert res.verdict == "hang" and res.diagnosis.kind == "collective_mismatch", res.diagnosis.summary
-    assert ("Rank 0 reached barrier() at tests/scenarios_contracts.py:100 through `if step == 1 and rank == 0:` at "
-            "tests/scenarios_contracts.py:110; ranks 1-3 skipped it.") in res.diagnosis.summary
+    assert ("Rank 0 reached barrier() at tests/scenarios_contracts.py:101 through `if step == 1 and rank == 0:` at "
+            "tests/scenarios_contracts.py:111; ranks 1-3 skipped it.") in res.diagnosis.summary
     assert res.diagnosis.details["branch"] == {"test": "step == 1 and rank == 0", "taken": "if", "ranks": [0],
-                                               "site": "tests/scenarios_contracts.py:110"}
+                                               "site": "tests/scenarios_contracts.py:111"}
 
 
 def test_an_object_collective_that_handed_tensors_from_other_devices(clean):
