@@ -8,9 +8,11 @@ import sysconfig
 
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # the files that stand between a user's code and torch.distributed (the primitives too: a hang inside
-# reduce_tensor is reported at the user's call of it), and the catalogue's `init()` helper (a bug's init is
+# reduce_tensor is reported at the user's call of it), the simulated devices (an error their device check raises
+# is reported at the user's op, as a real device's would be) and the catalogue's `init()` helper (a bug's init is
 # reported in the bug's module); the bug modules themselves and user code are not plumbing
-_FILES = ("trace.py", "rank.py", "_zygote.py", "launch.py", "primitives.py", os.path.join("bugs", "__init__.py"))
+_FILES = ("trace.py", "rank.py", "_zygote.py", "launch.py", "primitives.py", "simulate.py",
+          os.path.join("bugs", "__init__.py"))
 PLUMBING_FILES = frozenset(os.path.join(_HERE, f) for f in _FILES)
 _PLUMBING_SUFFIXES = tuple(os.sep + os.path.join("sandbox", f) for f in _FILES)
 

@@ -694,11 +694,12 @@ def user_traceback(exc: BaseException) -> str:
 
 
 def error_site(exc: BaseException) -> str | None:
-    """file:line of the innermost frame of the user's code in an exception's traceback."""
+    """file:line of the innermost frame of the user's code in an exception's traceback (not the standard library's:
+    an error raised through a `with` block is reported at the user's line in it, not in contextlib)."""
     tb, site = exc.__traceback__, None
     while tb is not None:
         fn = tb.tb_frame.f_code.co_filename
-        if not is_plumbing(fn):
+        if not (is_plumbing(fn) or _paths.is_stdlib(fn)):
             site = f"{_display(fn)}:{tb.tb_lineno}"
         tb = tb.tb_next
     return site

@@ -133,6 +133,22 @@ def test_rank_gone_is_missing():
     assert "already finished" in d.summary
 
 
+@pytest.mark.parametrize("first", [0, 1])
+def test_the_rank_most_others_wait_for_is_named_whichever_call_began_first(first):
+    """Ranks 0 and 2 wait for rank 1 in an all_reduce; rank 1 waits for rank 0 in a sub-group's barrier. Rank 1 is
+    the one missing, whether rank 0 or rank 1 entered its call first (a recorded run once named rank 0 under load)."""
+    world = {"op": "all_reduce", "gname": "0", "group": [0, 1, 2], "seq": 1, "shapes": [[2]], "dtypes": ["float32"]}
+    sub = {"op": "barrier", "gname": "1", "group": [0, 1], "seq": 1}
+    tracks = {}
+    for rank, call in ((0, world), (1, sub), (2, world)):
+        t = tracks[rank] = RankTrack(rank)
+        t.feed({"ev": "hello", "rank": rank, "world_size": 3, "t": 0.0})
+        t.feed({"ev": "enter", "rank": rank, "id": 1, "t": 1.0 if rank == first else 2.0, "site": "job.py:9", **call})
+    assert not progress_possible(tracks)
+    d = diagnose_hang(tracks)
+    assert (d.kind, d.culprit_ranks, d.op) == ("missing_ranks", [1], "all_reduce"), d.summary
+
+
 def test_init_endpoints_disagree():
     i0 = {"op": "init_process_group", "endpoint": "127.0.0.1:29500", "world_size": 2, "group": [0, 1],
           "init_method": "tcp://localhost:29500", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "41000"}

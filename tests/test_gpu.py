@@ -1,6 +1,7 @@
 """Real GPUs: every catalogue bug's `--gpu` form on NCCL, and the GPU examples. Marked `gpu`: they run where 2 GPUs
 are visible and skip elsewhere (`pytest -m gpu` runs only these). The CPU-run tests at the end run everywhere: on a
 GPU machine they are what shows that a run without --gpu never touches CUDA."""
+import json
 import os
 
 import pytest
@@ -28,12 +29,15 @@ def test_gpu_variant_behaves_as_documented_for_nccl(slug, variant, clean):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("script,verdict", [("gpu_allreduce.py", "OK"), ("gpu_overlap.py", "OK"),
-                                            ("gpu_mismatch.py", "HANG [collective_mismatch]")])
-def test_gpu_examples(script, verdict, clean):
-    p = run_cli("sandbox.run", "-n", "2", "--gpu", os.path.join(EX, script))
-    assert p.stdout.startswith(verdict), p.stdout + p.stderr
-    assert p.returncode == (0 if verdict == "OK" else 1)
+@pytest.mark.parametrize("script,verdict,kind", [("gpu_allreduce.py", "ok", "none"), ("gpu_overlap.py", "ok", "none"),
+                                                 ("gpu_mismatch.py", "hang", "collective_mismatch")])
+def test_gpu_examples(script, verdict, kind, clean):
+    p = run_cli("sandbox.run", "-n", "2", "--gpu", "--json", os.path.join(EX, script))
+    out = json.loads(p.stdout)
+    assert (out["verdict"], out["diagnosis"]["kind"]) == (verdict, kind), p.stdout + p.stderr
+    assert p.returncode == (0 if verdict == "ok" else 1)
+    if verdict == "ok":  # no false alarm on NCCL either: the overlap example waits on its async all_reduce
+        assert out["warnings"] == [], out["warnings"]
 
 
 def _what_a_cpu_rank_sees():
@@ -56,6 +60,25 @@ def test_the_simulated_devices_raise_the_documented_words_on_any_build(clean):
     assert ok, why
     assert all("Expected all tensors to be on the same device, but found at least two devices" in
                (r.error or {}).get("message", "") for r in res.ranks if r.error), [r.error for r in res.ranks]
+
+
+def _old_wording_on_a_simulated_device():
+    from sandbox import simulate
+
+    with simulate.devices_checked():
+        raise RuntimeError("Unhandled FakeTensor Device Propagation for aten.stack.default, found two different "
+                           "devices cuda:0, cuda:1")  # what torch 2.11's FakeTensor check raises
+
+
+def test_the_older_wording_is_reworded_and_reported_at_the_users_line(clean):
+    """torch 2.11's wording, forced on any build: the documented words, and the site is the caller's line, not the
+    sandbox's rewording (on the GPU machine's 2.11 cross-device's diagnosis once named sandbox/simulate.py)."""
+    res = launch(_old_wording_on_a_simulated_device, world_size=2)
+    assert res.verdict == "error", res.diagnosis.summary
+    for r in res.ranks:
+        assert r.error["message"] == ("Expected all tensors to be on the same device, but found at least two devices, "
+                                      "cuda:0 and cuda:1!"), r.error
+        assert r.error["site"].startswith("tests/test_gpu.py:"), r.error
 
 
 @pytest.mark.no_gpu

@@ -318,6 +318,10 @@ def _members(p: dict, tracks) -> list[int] | None:
 
 
 def _missing(tracks, pend) -> Diagnosis | None:
+    """The call that the most ranks wait in while others of its group never arrive (the earliest on a tie): when
+    ranks 0 and 2 wait for rank 1 in an all_reduce and rank 1 waits for rank 0 in a sub-group's barrier, rank 1 is
+    named, whichever of those calls was entered first."""
+    found = []
     for r, p in sorted(pend.items(), key=lambda kv: kv[1]["t"]):
         members = _members(p, tracks)
         if not members:
@@ -326,8 +330,10 @@ def _missing(tracks, pend) -> Diagnosis | None:
         same = [m for m in members if m in pend and op_of(pend[m]) == op and pend[m].get("seq") == p.get("seq")
                 and pend[m].get("gname") == p.get("gname")]
         absent = [m for m in members if m not in same]
-        if not absent:
-            continue
+        if absent:
+            found.append((p, op, members, same, absent))
+    if found:
+        p, op, members, same, absent = max(found, key=lambda f: len(f[3]))  # max() keeps the first of a tie
         elsewhere = {str(m): words.where(tracks[m]) if m in tracks else "never started" for m in absent}
         detail = "; ".join(f"rank {m} is {w}" for m, w in elsewhere.items())
         return Diagnosis("missing_ranks",
