@@ -9,6 +9,7 @@ failure already explains; what its finished calls broke is still said.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -249,7 +250,8 @@ def _async_unwaited(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
             out.append(ContractWarning(
                 "async_unwaited", f"Rank {r}'s {p['op']}{target} at {_where(p)} was never waited on: the rank left "
                                   "with the request still pending.",
-                [r], op=p["op"], group=p.get("group"), seq=p.get("seq"), sites={r: _where(p)}))
+                [r], op=p["op"], group=p.get("group"), seq=p.get("seq"), sites={r: _where(p)},
+                details={"peer": p.get("peer")} if p.get("peer") is not None else {}))
     return out
 
 
@@ -314,20 +316,39 @@ def _object_devices(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
 
 def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTrack]) -> None:
     """A failed run whose failure a warning explains: say so in the diagnosis (its summary and details).
-    Today: a device-mismatch error on a rank that an object collective handed tensors from other devices."""
+    Today: a device-mismatch error on a rank that an object collective handed tensors from other devices, and a
+    receiver whose connection closed because the sender left with its isend never waited on."""
     for w in warnings:
-        if w.kind != "object_device":
-            continue
-        first = [q for q in diagnosis.culprit_ranks if q in w.ranks]
-        for r in first + [q for q in w.ranks if q not in first]:
-            err = tracks[r].error if r in tracks else None
-            if err and "same device" in (err.get("message") or ""):
-                devices = w.details.get("foreign", {}).get(str(r), [])
-                diagnosis.summary += (f" Rank {r}'s failing call at {err.get('site') or '?'} got tensors that {w.op} "
-                                      f"at {w.sites.get(r)} delivered from {', '.join(devices)} (a tensor inside an "
-                                      "object comes back on the device it was sent from).")
-                diagnosis.details["contract"] = w.kind
-                return
+        words = (_explain_device(w, diagnosis, tracks) if w.kind == "object_device" else
+                 _explain_left_send(w, tracks) if w.kind == "async_unwaited" else None)
+        if words:
+            diagnosis.summary += " " + words
+            diagnosis.details["contract"] = w.kind
+            return
+
+
+def _explain_device(w: ContractWarning, diagnosis, tracks) -> str | None:
+    first = [q for q in diagnosis.culprit_ranks if q in w.ranks]
+    for r in first + [q for q in w.ranks if q not in first]:
+        err = tracks[r].error if r in tracks else None
+        if err and "same device" in (err.get("message") or ""):
+            devices = w.details.get("foreign", {}).get(str(r), [])
+            return (f"Rank {r}'s failing call at {err.get('site') or '?'} got tensors that {w.op} at {w.sites.get(r)} "
+                    f"delivered from {', '.join(devices)} (a tensor inside an object comes back on the device it was "
+                    "sent from).")
+    return None
+
+
+_CLOSED = re.compile(r"Connection (reset|closed) by peer")
+
+
+def _explain_left_send(w: ContractWarning, tracks) -> str | None:
+    peer, [sender] = w.details.get("peer"), w.ranks
+    err = tracks[peer].error if w.op in SENDS and peer in tracks else None
+    if err and _CLOSED.search(err.get("message") or ""):
+        return (f"Rank {sender}'s {w.op} to rank {peer} at {w.sites.get(sender)} was never waited on: rank {sender} "
+                f"left with it still pending, which closed the connection rank {peer} was receiving on.")
+    return None
 
 
 def _not_destroyed(tracks: dict[int, RankTrack]) -> list[ContractWarning]:

@@ -122,6 +122,13 @@ def test_a_failure_a_warning_explains_says_so_in_the_diagnosis(clean):
             and "got tensors that all_gather_object at sandbox/bugs/cross_device.py:" in res.diagnosis.summary)
     assert res.diagnosis.details["contract"] == "object_device"
 
+    res, ok, _ = run_variant(registry()["isend-unwaited"], "broken", 2)  # the receiver's error, and why it came
+    assert ok and res.verdict == "error" and res.diagnosis.culprit_ranks == [1]
+    assert ("Rank 0's isend to rank 1 at sandbox/bugs/isend_unwaited.py:" in res.diagnosis.summary
+            and "rank 0 left with it still pending, which closed the connection rank 1 was receiving on"
+            in res.diagnosis.summary), res.diagnosis.summary
+    assert res.diagnosis.details["contract"] == "async_unwaited"
+
 
 def _track(rank, calls):
     """A rank's track fed the events of blocking point-to-point calls (op, peer, entered, finished), as NCCL writes
