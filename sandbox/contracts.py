@@ -9,6 +9,7 @@ failure already explains; what its finished calls broke is still said.
 """
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -206,37 +207,52 @@ def _p2p_unmatched(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
 
 
 def _send_cycles(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
-    """Two ranks that each entered a blocking send to the other before receiving the other's message, and both
-    completed: the kv-sync pattern, finished only because the backend buffered the messages (NCCL does for small
-    ones on a connected pair; gloo never does)."""
-    def first_cycle(ta, tb, a, b):
-        xs = [x for x in ta.blocking_p2p if x[0] == "send" and x[1] == b]
-        ys = [y for y in tb.blocking_p2p if y[0] == "send" and y[1] == a]
-        for x in xs:
-            for y in ys:
-                if not (x[2] < y[3] and y[2] < x[3]):
-                    continue  # not inside their sends at the same time
-                first, second, t_second = (x, y, tb) if x[2] <= y[2] else (y, x, ta)
-                peer = a if t_second is tb else b
-                got_first = any(z[0] == "recv" and z[1] == peer and first[2] <= z[3] <= second[2]
-                                for z in t_second.blocking_p2p)
-                if not got_first:
-                    return x, y
-        return None
-
+    """Two ranks that each made a blocking send to the other before posting the recv that the other's send needed,
+    and both sends completed: the kv-sync pattern, finished only because the backend buffered the messages (NCCL
+    does for small ones on a connected pair; gloo never does). Judged by the order each rank posted its calls in,
+    not by when they finished: an NCCL call finishes on the GPU, long after the host has posted the next one."""
     out = []
-    for a, ta in tracks.items():
-        for b, tb in tracks.items():
-            if b <= a:
-                continue
-            hit = first_cycle(ta, tb, a, b)
+    for a, ta in sorted(tracks.items()):
+        for b, tb in sorted(tracks.items()):
+            hit = _send_cycle(ta, tb, a, b) if b > a else None
             if hit:
-                sa, sb = hit[0][4] or "?", hit[1][4] or "?"
+                sa, sb = hit
                 out.append(ContractWarning(
                     "send_cycle", f"Ranks {a} and {b} each sent to the other before receiving (rank {a} at {sa}, "
                                   f"rank {b} at {sb}), both in blocking sends at once; it completed only because the "
                                   "backend buffered the messages.", [a, b], op="send", sites={a: sa, b: sb}))
     return out
+
+
+def _send_cycle(ta: RankTrack, tb: RankTrack, a: int, b: int) -> tuple[str, str] | None:
+    """(site of a's send, site of b's send) when a's blocking send #k to b came before a posted its recv #m from
+    b, and b's blocking send #m to a came before b posted its recv #k from a: with sends that wait for their recv,
+    each would wait for the other. None otherwise."""
+    def sides(t, peer):
+        sends = {(tag, n): (at, site) for d, p, tag, n, at, blocking, site in t.p2p_posted
+                 if d == "send" and p == peer and blocking and t.p2p_done.get(("send", peer, tag), 0) >= n}
+        recvs: dict[int, tuple[list[float], list[int]]] = {}  # tag -> (posted at, number), in the order posted
+        for d, p, tag, n, at, _, _ in t.p2p_posted:
+            if d == "recv" and p == peer:
+                times, numbers = recvs.setdefault(tag, ([], []))
+                times.append(at)
+                numbers.append(n)
+        return sends, recvs
+
+    sends_a, recvs_a = sides(ta, b)
+    sends_b, recvs_b = sides(tb, a)
+    got_by_b = {(tag, n): at for tag, (times, numbers) in recvs_b.items() for n, at in zip(numbers, times)}
+    for (tag, k), (sent_at, site_a) in sorted(sends_a.items(), key=lambda kv: kv[1][0]):
+        b_recv_k = got_by_b.get((tag, k))
+        if b_recv_k is None:
+            continue
+        for tag2, (times, numbers) in recvs_a.items():
+            # the first recv from b that a posted after this send: later ones match later sends of b, sent later
+            i = bisect.bisect_right(times, sent_at)
+            hit = sends_b.get((tag2, numbers[i])) if i < len(numbers) else None
+            if hit is not None and hit[0] < b_recv_k:
+                return site_a or "?", hit[1] or "?"
+    return None
 
 
 def _async_unwaited(tracks: dict[int, RankTrack]) -> list[ContractWarning]:

@@ -64,7 +64,7 @@ SENDS = frozenset({"send", "isend", "send_object_list"})
 RECVS = frozenset({"recv", "irecv", "recv_object_list"})
 # a collective's per-rank shapes may differ legitimately in these (uneven splits)
 UNEVEN = frozenset({"all_to_all", "all_to_all_single", "gather", "scatter"})
-P2P_WINDOW = 256  # a rank remembers the times of about its last P2P_WINDOW blocking point-to-point calls
+P2P_WINDOW = 256  # a rank remembers the order of about its last P2P_WINDOW point-to-point ops
 BUCKET_WINDOW = 4096  # a rank remembers the collectives of its last BUCKET_WINDOW sequence numbers per group
 MAX_EVENTS = 200_000  # per rank: a long job keeps its most recent calls, not all of them
 
@@ -274,7 +274,11 @@ class RankTrack:
         self.p2p_site: dict[tuple, str] = {}     # (direction, peer) -> the first such call's site
         self.destroyed = False                   # destroy_process_group returned after the last init
         self.object_devices: list[dict] = []     # object collectives whose objects held tensors: call, sent, got
-        self.blocking_p2p: list[tuple] = []      # (direction, peer, entered, returned, site): recent blocking p2p
+        # recent point-to-point ops in the order this rank posted them: (direction, peer, tag, number, entered,
+        # blocking, site), `number` counting the ops of that (direction, peer, tag) from the start: the n-th send
+        # from a to b with a tag is matched by b's n-th recv from a with that tag
+        self.p2p_posted: list[tuple] = []
+        self._p2p_count: dict[tuple, int] = {}
 
     def feed(self, ev: dict) -> None:
         self.events.append(ev)
@@ -297,6 +301,9 @@ class RankTrack:
                     self.passed.pop(old, None)
             elif op == "wait":
                 self.posted.pop(ev.get("of_id"), None)
+            for direction, peer, tag in p2p_ops(ev):
+                if peer is not None:
+                    self._p2p_posted(direction, peer, tag, ev)
                 self.posted.pop((ev.get("of_id"), ev.get("of_idx")), None)
         elif kind == "exit" and ev.get("inflight"):
             if ev.get("id") in self.open:  # returned to Python, still running on the GPU: still pending
@@ -323,6 +330,13 @@ class RankTrack:
         elif kind == "end":
             self.end = ev
 
+    def _p2p_posted(self, direction: str, peer: int, tag: int, ev: dict) -> None:
+        n = self._p2p_count[(direction, peer, tag)] = self._p2p_count.get((direction, peer, tag), 0) + 1
+        if len(self.p2p_posted) >= 2 * P2P_WINDOW:
+            del self.p2p_posted[:P2P_WINDOW]
+        blocking = not ev.get("async") and ev["op"] != "batch_isend_irecv"
+        self.p2p_posted.append((direction, peer, tag, n, ev.get("t", 0), blocking, ev.get("site")))
+
     def _returned(self, ev: dict, start: dict | None) -> None:
         if start is None:
             return
@@ -334,11 +348,6 @@ class RankTrack:
             for direction, peer, tag in p2p_ops(start):
                 self.p2p_done[(direction, peer, tag)] = self.p2p_done.get((direction, peer, tag), 0) + 1
                 self.p2p_site.setdefault((direction, peer), start.get("site") or "?")
-            if p2p_direction(start) and op != "wait" and not start.get("async") and start.get("peer") is not None:
-                if len(self.blocking_p2p) >= 2 * P2P_WINDOW:
-                    del self.blocking_p2p[:P2P_WINDOW]
-                self.blocking_p2p.append((p2p_direction(start), start["peer"], start.get("t", 0), ev.get("t", 0),
-                                          start.get("site")))
         if start["op"] in COLLECTIVES and "seq" in start:
             self.passed[(start.get("gname"), start["seq"])] = not ev.get("error")
 

@@ -156,3 +156,17 @@ def test_two_ranks_sending_to_each_other_first_is_a_send_cycle_even_when_it_comp
     pipeline = {0: _track(0, [("send", 1, 1.0, 1.4), ("recv", 1, 1.45, 1.6)]),  # its done seen late: overlap
                 1: _track(1, [("recv", 0, 1.05, 1.3), ("send", 0, 1.31, 1.6)])}
     assert [w.kind for w in check(pipeline)] == []
+    # kv-sync's fix on 3 GPUs: each layer's owner sends, the others receive. NCCL returns every call to the host at
+    # once and finishes them on the GPU later, so the calls overlap in time; by the order they were posted, every
+    # recv comes before the send back. (The first version judged by time and warned here on 4 H200s.)
+    owner_sends = {0: [("send", 1), ("send", 2), ("recv", 1), ("recv", 2)],
+                   1: [("recv", 0), ("send", 0), ("send", 2), ("recv", 2)],
+                   2: [("recv", 0), ("recv", 1), ("send", 0), ("send", 1)]}
+    fixed = {r: _track(r, [(op, peer, 1.0 + 0.01 * i, 2.0 + 0.01 * i) for i, (op, peer) in enumerate(calls)])
+             for r, calls in owner_sends.items()}
+    assert [w.kind for w in check(fixed)] == []
+    broken = {r: _track(r, [(op, peer, 1.0 + 0.01 * i, 2.0 + 0.01 * i) for i, (op, peer) in enumerate(calls)])
+              for r, calls in {0: [("send", 1), ("send", 2), ("recv", 1), ("recv", 2)],
+                               1: [("send", 0), ("send", 2), ("recv", 0), ("recv", 2)],
+                               2: [("send", 0), ("send", 1), ("recv", 0), ("recv", 1)]}.items()}
+    assert sorted(w.ranks for w in check(broken) if w.kind == "send_cycle") == [[0, 1], [0, 2], [1, 2]]
