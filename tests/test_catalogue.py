@@ -46,6 +46,17 @@ def test_variant_behaves_as_documented(slug, variant, clean):
         assert res.warnings == [], [w.summary for w in res.warnings]  # a fix breaks no contract either
     else:
         assert res.verdict != "ok"  # a broken variant always shows its symptom
+    cited = _sample_sites(bug, variant)  # the docstring's sample output must not drift from the code it cites
+    seen = {e.get("site") for e in res.events} | {(r.error or {}).get("site") for r in res.ranks}
+    assert cited <= seen, f"{slug}'s Run: sample cites {sorted(cited - seen)}, which this run did not report"
+
+
+def _sample_sites(bug, variant):
+    """The bug module's sites that the docstring's "Run:" sample output cites for one variant."""
+    run = bug.doc.split("\nRun: ", 1)[-1]
+    block = re.search(rf"^\s*{variant}: (.*?)(?=^\s*(?:broken|fixed): |\Z)", run, re.S | re.M)
+    path = bug.module.replace(".", "/") + ".py"
+    return set(re.findall(rf"{re.escape(path)}:\d+", block.group(1))) if block else set()
 
 
 def test_the_check_can_fail(clean):

@@ -31,11 +31,11 @@ wrapper_CUDA_cat)". The CPU run's FakeTensors raise the same check in FakeTensor
 Run: python -m sandbox.repro cross-device
     broken: ERROR [rank_error]: 4 ranks in 2.56 s
       Rank 1 raised FakeTensorDeviceMismatchError: Expected all tensors to be on the same device, but found at
-      least two devices, cuda:0 and cuda:2! at sandbox/bugs/cross_device.py:105. Its peers saw: rank 0 got
+      least two devices, cuda:0 and cuda:2! at sandbox/bugs/cross_device.py:108. Its peers saw: rank 0 got
       FakeTensorDeviceMismatchError: Expected all tensors to be on the same device, but found at least two
       devices, cuda:0 and cuda:2!; ranks 2 and 3 got FakeTensorDeviceMismatchError: Expected all tensors to be
       on the same device, but found at least two devices, cuda:1 and cuda:3!. Rank 1's failing call at
-      sandbox/bugs/cross_device.py:105 got tensors that all_gather_object at sandbox/bugs/cross_device.py:97
+      sandbox/bugs/cross_device.py:108 got tensors that all_gather_object at sandbox/bugs/cross_device.py:100
       delivered from cuda:0, cuda:2, cuda:3 (a tensor inside an object comes back on the device it was sent
       from).
       expected: error, rank_error, error /Expected all tensors to be on the same device/ -> as documented

@@ -35,8 +35,8 @@ or go layer by layer as the fix does.
 
 Run: python -m sandbox.repro kv-sync
     broken: HANG [p2p_cycle]: 3 ranks in 1.37 s
-      Point-to-point cycle: rank 0 blocks in send to rank 1 at sandbox/bugs/kv_sync.py:100; rank 1 blocks in
-      send to rank 0 at sandbox/bugs/kv_sync.py:100. A gloo send does not complete until the peer posts the
+      Point-to-point cycle: rank 0 blocks in send to rank 1 at sandbox/bugs/kv_sync.py:102; rank 1 blocks in
+      send to rank 0 at sandbox/bugs/kv_sync.py:102. A gloo send does not complete until the peer posts the
       matching recv, so each waits for the other. Post both sides with isend/irecv (or batch_isend_irecv)
       before waiting, or order them by rank (even ranks send first).
       expected: hang, p2p_cycle -> as documented

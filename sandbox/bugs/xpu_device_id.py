@@ -24,7 +24,7 @@ seen from the other side: only a device type gloo does not list, such as xpu, br
 Run: python -m sandbox.repro xpu-device-id
     broken: ERROR [rank_error]: 4 ranks in 1.32 s
       All 4 ranks raised the same error, RuntimeError: No backend type associated with device type xpu at
-      sandbox/bugs/xpu_device_id.py:64.
+      sandbox/bugs/xpu_device_id.py:63.
       expected: error, rank_error, error /No backend type associated with device type xpu/ -> as documented
     fixed: OK: 4 ranks in 1.47 s
       expected: ok, = single-process reference -> as documented
