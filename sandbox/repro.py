@@ -219,7 +219,7 @@ def _run_all(bugs, a) -> int:
                 mark = "as documented" if ok else "NOT as documented: " + "; ".join(why)
                 if warned:  # a broken variant that finished names the contract it broke (kv-sync on NCCL)
                     mark += f", {'warnings' if len(warned) > 1 else 'warning'} {', '.join(warned)}"
-                print(f"{bug.slug:16} {v:7} {headline(res):46} {mark}", flush=True)
+                print(f"{bug.slug:16} {v:7} {headline(res):47} {mark}", flush=True)
     total = time.monotonic() - t0
     if a.json:
         print(json.dumps({"as_documented": all_ok, "total_s": round(total, 2), "runs": rows}))
