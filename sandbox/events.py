@@ -301,10 +301,10 @@ class RankTrack:
                     self.passed.pop(old, None)
             elif op == "wait":
                 self.posted.pop(ev.get("of_id"), None)
+                self.posted.pop((ev.get("of_id"), ev.get("of_idx")), None)
             for direction, peer, tag in p2p_ops(ev):
                 if peer is not None:
-                    self._p2p_posted(direction, peer, tag, ev)
-                self.posted.pop((ev.get("of_id"), ev.get("of_idx")), None)
+                    self._note_posted(direction, peer, tag, ev)
         elif kind == "exit" and ev.get("inflight"):
             if ev.get("id") in self.open:  # returned to Python, still running on the GPU: still pending
                 self.inflight.add(ev["id"])
@@ -330,7 +330,7 @@ class RankTrack:
         elif kind == "end":
             self.end = ev
 
-    def _p2p_posted(self, direction: str, peer: int, tag: int, ev: dict) -> None:
+    def _note_posted(self, direction: str, peer: int, tag: int, ev: dict) -> None:
         n = self._p2p_count[(direction, peer, tag)] = self._p2p_count.get((direction, peer, tag), 0) + 1
         if len(self.p2p_posted) >= 2 * P2P_WINDOW:
             del self.p2p_posted[:P2P_WINDOW]

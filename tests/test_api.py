@@ -37,6 +37,7 @@ def test_object_and_async_calls_are_traced(clean):
     assert seqs == [0, 1, 2, 3, 4]
     res = launch(scenarios.p2p_fixed, world_size=2)
     assert res.ok and res.values == [1.0, 0.0]
+    assert res.warnings == [], [w.summary for w in res.warnings]  # every isend, irecv and batch op was waited on
     r0 = [e for e in res.events if e["ev"] == "enter" and e["rank"] == 0]
     assert [e["op"] for e in r0[1:]] == ["isend", "irecv", "wait", "wait", "batch_isend_irecv", "wait", "wait",
                                          "destroy_process_group"]
