@@ -82,7 +82,7 @@ dist.destroy_process_group()
 
 
 # ------------------------------------------------------------------------------------------------ rank functions
-# Run by sandbox.launch: the ranks import this file (as __sandbox_main__), so these live at module level and the
+# Run by sandbox.launcher: the ranks import this file (as __sandbox_main__), so these live at module level and the
 # module's top level imports nothing heavy.
 
 def _loop_rank(calls: int, numel: int, warmup: int, traced_first: bool) -> dict:

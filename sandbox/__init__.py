@@ -4,7 +4,7 @@
     res = launch(my_module.train, world_size=4)      # N real gloo ranks, forked from one torch import
     res.verdict, res.diagnosis.summary               # "hang", "Collective mismatch at call #1 of group ..."
 """
-from sandbox.launch import Interrupted, UsageError, launch, run_script
+from sandbox.launcher import Interrupted, UsageError, launch, run_script
 from sandbox.result import RankResult, RunResult
 
 __all__ = ["launch", "run_script", "RunResult", "RankResult", "UsageError", "Interrupted"]

@@ -1,6 +1,6 @@
 """The zygote: one process that imports torch once, then forks every rank of a run from that warm state.
 
-It is started by `sandbox.launch` with its own session (so the whole run is one process group the parent can end
+It is started by `sandbox.launcher` with its own session (so the whole run is one process group the parent can end
 with one signal), reads the run's spec from the file named by SANDBOX_SPEC (then deletes it), forks the ranks,
 hosts the rendezvous store on a socket bound to 127.0.0.1 (like torchrun's agent store), and reports each rank's
 pid and exit status on stdout as JSON lines. A rank that fails before its user code runs exits with code 70, its

@@ -475,7 +475,7 @@ def _advice_rank(iters: int, kv_sizes: list[int]) -> dict | None:
 
 def advice(iters: int, timeout: float) -> tuple[dict, list[str]]:
     """{n: {name: seconds}} from one launch per n in ADVICE_N, and the failures."""
-    from sandbox.launch import launch
+    from sandbox.launcher import launch
 
     got, failures = {}, []
     for n in ADVICE_N:
@@ -614,7 +614,7 @@ def parse(argv=None):
 
 def main(argv=None) -> int:
     a = parse(argv)
-    from sandbox.launch import Interrupted, UsageError, launch
+    from sandbox.launcher import Interrupted, UsageError, launch
 
     lock = threading.Lock()
 

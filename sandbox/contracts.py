@@ -3,7 +3,7 @@ wrong. gloo may pair two calls the contract says must be equal (an all_reduce wi
 a race may have gone the lucky way, or NCCL may have moved the wrong bytes without a word. Each breach is a
 `ContractWarning`: the ranks, the call (op, group, sequence number), the call sites, one sentence, and the rule.
 
-No torch here: live runs (`sandbox.launch`) and trace directories (`python -m sandbox.diagnose DIR`) are checked
+No torch here: live runs (`sandbox.launcher`) and trace directories (`python -m sandbox.diagnose DIR`) are checked
 by the same code. Only calls that returned are judged, so a run that hung or crashed is not warned about what its
 failure already explains; what its finished calls broke is still said.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from sandbox import branches
 from sandbox.events import COLLECTIVES, RECVS, SENDS, UNEVEN, RankTrack, op_of
@@ -330,17 +330,16 @@ def _object_devices(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     return out
 
 
-def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTrack]) -> None:
-    """A failed run whose failure a warning explains: say so in the diagnosis (its summary and details).
+def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTrack]):
+    """A failed run whose failure a warning explains: the diagnosis saying so (a note, and details["contract"]).
     Today: a device-mismatch error on a rank that an object collective handed tensors from other devices, and a
     receiver whose connection closed because the sender left with its isend never waited on."""
     for w in warnings:
         words = (_explain_device(w, diagnosis, tracks) if w.kind == "object_device" else
                  _explain_left_send(w, tracks) if w.kind == "async_unwaited" else None)
         if words:
-            diagnosis.summary += " " + words
-            diagnosis.details["contract"] = w.kind
-            return
+            return replace(diagnosis.noted(words), details={**diagnosis.details, "contract": w.kind})
+    return diagnosis
 
 
 def _explain_device(w: ContractWarning, diagnosis, tracks) -> str | None:

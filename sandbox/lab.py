@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 
 from sandbox import bugs, htmlview, words
-from sandbox.launch import Interrupted, launch
+from sandbox.launcher import Interrupted, launch
 from sandbox.result import RunResult
 
 VERDICTS = ("right", "hang", "wrong", "error", "crash", "interrupted")

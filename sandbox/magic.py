@@ -92,7 +92,7 @@ def run_cell(line: str, cell: str, ip=None):
     cli.setup_logging(a.verbose)
 
     from sandbox.lab import show_result
-    from sandbox.launch import Interrupted, UsageError, run_script
+    from sandbox.launcher import Interrupted, UsageError, run_script
 
     with tempfile.TemporaryDirectory(prefix="sandbox-cell-") as d:
         path = os.path.join(d, "cell.py")

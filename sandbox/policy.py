@@ -1,6 +1,6 @@
 """The one judge: when to stop watching a run (`decide`) and what the run came to (`judge`).
 
-Both are pure functions of the ranks' tracks (and the clock, for `decide`): `sandbox.launch` asks them while a run
+Both are pure functions of the ranks' tracks (and the clock, for `decide`): `sandbox.launcher` asks them while a run
 is live, `python -m sandbox.diagnose DIR` asks `judge` about a directory of traces brought home from torchrun, and
 the tests ask them about recorded traces. The same traces get the same verdict either way.
 """
@@ -99,7 +99,7 @@ def judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, timeo
     j = _judge(tracks, stopped_for, timeout=timeout, blocked_s=blocked_s)
     j.warnings = contracts.check(tracks)
     if j.verdict != "ok":
-        contracts.explain(j.diagnosis, j.warnings, tracks)
+        j.diagnosis = contracts.explain(j.diagnosis, j.warnings, tracks)
     return j
 
 
@@ -133,8 +133,8 @@ def _judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, time
     if stopped_for == TIMEOUT:
         return Judgement(TIMEOUT, diagnose_timeout(tracks, timeout or 0), outcomes)
     if vals <= {"ok"}:
-        return Judgement("ok", Diagnosis("none", f"All {len(tracks)} ranks finished."), outcomes)
-    return Judgement("error", Diagnosis("none", "The run ended without every rank finishing, and without a cause"
+        return Judgement("ok", Diagnosis(kind="none", cause=f"All {len(tracks)} ranks finished."), outcomes)
+    return Judgement("error", Diagnosis(kind="none", cause="The run ended without every rank finishing, and without a cause"
                                                 " the traces show."), outcomes)
 
 

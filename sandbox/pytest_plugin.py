@@ -52,7 +52,7 @@ def pytest_pyfunc_call(pyfuncitem):
     marker = pyfuncitem.get_closest_marker("sandbox")
     if marker is None:
         return None
-    from sandbox.launch import UsageError, launch
+    from sandbox.launcher import UsageError, launch
 
     opts = _options(marker)
     strict = opts.pop("strict")

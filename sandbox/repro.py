@@ -44,7 +44,7 @@ def run_variant(bug, variant: str, n: int, gpu: bool = False, debug: str | None 
     import importlib
 
     from sandbox.bugs import check
-    from sandbox.launch import launch
+    from sandbox.launcher import launch
     from sandbox.bugs._entry import run as entry
 
     mod = importlib.import_module(bug.module)
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
         return 0
     if a.timeline and os.path.splitext(a.timeline)[1].lower() not in (".png", ".svg", ".pdf", ""):
         p.error(f"--timeline wants a .png, .svg or .pdf file name, not {a.timeline}")
-    from sandbox.launch import Interrupted, UsageError
+    from sandbox.launcher import Interrupted, UsageError
 
     try:
         return _run_all(bugs, a) if a.all else _run_one(p, bugs, a)
@@ -195,7 +195,7 @@ def _run_all(bugs, a) -> int:
 
     gpus = visible_gpus() if a.gpu else None
     if gpus is not None and gpus < 2:
-        from sandbox.launch import UsageError
+        from sandbox.launcher import UsageError
         raise UsageError(f"--all --gpu needs at least 2 GPUs (one per rank); {gpus} visible.")
     t0, rows, all_ok = time.monotonic(), [], True
     for bug in bugs.values():

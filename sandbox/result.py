@@ -5,27 +5,65 @@ from __future__ import annotations
 import io
 import pickle
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any
 
 from sandbox import htmlview, words
 from sandbox.events import RankTrack
 
-VERDICTS = ("ok", "error", "hang", "crash", "timeout", "interrupted")
-OUTCOMES = ("ok", "error", "hung", "crashed", "stopped")
+class _Words(str, Enum):
+    """A string that is also a closed set: compares, hashes, prints and serialises as its value ("hang")."""
+    __str__ = str.__str__
+    __format__ = str.__format__
 
 
-@dataclass
+class Verdict(_Words):
+    """What a whole run came to."""
+    OK = "ok"
+    ERROR = "error"              # a rank raised or exited non-zero
+    HANG = "hang"                # every live rank blocked in calls nobody can complete
+    CRASH = "crash"              # a rank died from a signal (gloo's SIGABRT on a size mismatch)
+    TIMEOUT = "timeout"          # the run's own time limit passed
+    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
+
+
+class Outcome(_Words):
+    """How one rank ended."""
+    OK = "ok"
+    ERROR = "error"
+    HUNG = "hung"
+    CRASHED = "crashed"
+    STOPPED = "stopped"          # ended by the sandbox because another rank failed
+
+
+@dataclass(frozen=True, kw_only=True)
 class Diagnosis:
-    """Why the run ended as it did: a kind, one sentence, and the structured facts behind it."""
+    """Why the run ended as it did: a kind, one sentence, and the structured facts behind it.
+
+    The sentence a person reads (`summary`) is composed from parts kept apart here: `lead` (how the run was ended,
+    when that is not the cause: a timeout, an interrupt), `cause` (what the rules found) and `notes` (what else
+    explains it: a contract the failing call broke). Build a changed copy with `led_by` / `noted`."""
     kind: str
-    summary: str
+    cause: str
     culprit_ranks: list[int] = field(default_factory=list)
     op: str | None = None
     group: list[int] | None = None
     seq: int | None = None
     site: str | None = None
     details: dict = field(default_factory=dict)
+    lead: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        return " ".join(x for x in (self.lead, self.cause, *self.notes) if x)
+
+    def led_by(self, lead: str) -> "Diagnosis":
+        return replace(self, lead=lead)
+
+    def noted(self, note: str) -> "Diagnosis":
+        return replace(self, notes=(*self.notes, note))
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "summary": self.summary, "culprit_ranks": self.culprit_ranks, "op": self.op,

@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     if a.timeline and os.path.splitext(a.timeline)[1].lower() not in (".png", ".svg", ".pdf"):
         p.error(f"--timeline wants a .png, .svg or .pdf file name, not {a.timeline}")
 
-    from sandbox.launch import Interrupted, UsageError, run_script
+    from sandbox.launcher import Interrupted, UsageError, run_script
 
     live = a.live == "on" or (a.live == "auto" and not a.json and sys.stderr.isatty())
     lock = threading.Lock()

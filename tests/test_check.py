@@ -5,18 +5,14 @@ whatever shape the engine's own result types take.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 import pytest
 
 from sandbox.bugs import Bug, Expect, check
-
-
-@dataclass
-class Diagnosis:
-    kind: str = "none"
-    summary: str = ""
-    culprit_ranks: list = field(default_factory=list)
+from sandbox.result import Diagnosis
 
 
 @dataclass
@@ -31,7 +27,7 @@ class Rank:
 class Result:
     verdict: str
     ranks: list
-    diagnosis: Diagnosis = field(default_factory=Diagnosis)
+    diagnosis: Diagnosis = field(default_factory=lambda: Diagnosis(kind="none", cause=""))
 
     @property
     def world_size(self) -> int:
@@ -44,7 +40,7 @@ def bug(**expect) -> Bug:
 
 def hang(kind="collective_mismatch", culprits=(2,), world=4, **rank_fields) -> Result:
     ranks = [Rank(r, **rank_fields) for r in range(world)]
-    return Result("hang", ranks, Diagnosis(kind, "Collective mismatch at call #1", list(culprits)))
+    return Result("hang", ranks, Diagnosis(kind=kind, cause="Collective mismatch at call #1", culprit_ranks=list(culprits)))
 
 
 def judged(expect: dict, res, **kw) -> tuple[bool, list[str]]:
@@ -134,7 +130,7 @@ def test_the_error_may_show_in_output_or_in_the_summary():
     in_output = Result("error", [Rank(0, output="RuntimeError: No backend type associated with xpu"), Rank(1)])
     assert judged({"verdict": "error", "error": "No backend type"}, in_output)[0]
     in_summary = hang()
-    in_summary.diagnosis.summary = "Rank 3 raised ValueError: bad shape"
+    in_summary.diagnosis = dataclasses.replace(in_summary.diagnosis, cause="Rank 3 raised ValueError: bad shape")
     assert judged({"verdict": "hang", "error": "bad shape"}, in_summary)[0]
 
 
@@ -186,5 +182,5 @@ def test_values_are_not_compared_unless_asked():
 
 def test_several_failures_are_all_named():
     ok, why = judged({"verdict": "hang", "kind": "p2p_cycle", "culprits": [1], "error": "nope", "output": "nope"},
-                     Result("error", [Rank(0), Rank(1)], Diagnosis("rank_error", "boom", [0])))
+                     Result("error", [Rank(0), Rank(1)], Diagnosis(kind="rank_error", cause="boom", culprit_ranks=[0])))
     assert not ok and len(why) == 5

@@ -186,10 +186,10 @@ def test_verbose_shows_the_sandboxs_own_steps_only():
     p = _python("import logging\n"
                 "from sandbox import cli\n"
                 "cli.setup_logging(False)\n"
-                "logging.getLogger('sandbox.launch').info('not shown without -v')\n"
+                "logging.getLogger('sandbox.launcher').info('not shown without -v')\n"
                 "cli.setup_logging(True)\n"
                 "cli.setup_logging(True)\n"
-                "logging.getLogger('sandbox.launch').info('zygote started')\n"
+                "logging.getLogger('sandbox.launcher').info('zygote started')\n"
                 "logging.getLogger('urllib3').info('not the sandbox')\n"
                 "logging.getLogger('urllib3').warning('a warning of another library')\n")
     assert p.returncode == 0, p.stderr
@@ -211,7 +211,7 @@ def test_ctrl_c_anywhere_is_one_line_and_exit_130():
                 "def interrupted(*args, **kw):\n"
                 "    signal.raise_signal(signal.SIGINT)  # Ctrl-C, handled at once\n"
                 "    raise AssertionError('SIGINT did not interrupt')\n"
-                "sys.modules['sandbox.launch'].run_script = interrupted  # the module: sandbox.launch is the function\n"
+                "import sandbox.launcher; sandbox.launcher.run_script = interrupted\n"
                 "sys.argv = ['sandbox.run', '-n', '2', 'x.py']\n"
                 "runpy.run_module('sandbox.run', run_name='__main__', alter_sys=True)\n")
     assert p.returncode == cli.INTERRUPTED == 130, p.stderr

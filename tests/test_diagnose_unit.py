@@ -362,7 +362,7 @@ def test_the_log_cut_says_line_or_lines():
     import io
     from sandbox.result import Diagnosis, RankResult, RunResult
     def cut(n_lines):
-        res = RunResult("ok", 1, 1.0, Diagnosis("none", "fine"),
+        res = RunResult("ok", 1, 1.0, Diagnosis(kind="none", cause="fine"),
                         [RankResult(0, "ok", exit_code=0, output="\n".join(map(str, range(n_lines))))])
         out = io.StringIO()
         from sandbox.report import print_result

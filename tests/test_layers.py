@@ -83,7 +83,7 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_the_trace_reader_and_the_judge_do_not_import_torch():
     g = _graph()
     torch_free = ["sandbox.events", "sandbox.words", "sandbox.result", "sandbox.diagnose", "sandbox.policy",
-                  "sandbox.channel", "sandbox.launch", "sandbox.bugs"]
+                  "sandbox.channel", "sandbox.launcher", "sandbox.bugs"]
     for mod in torch_free:
         seen, todo = set(), [mod]
         while todo:

@@ -151,7 +151,7 @@ def _result(output: str, summary: str = "Rank 1 raised <ValueError> & stopped.")
     ranks = [RankResult(0, "ok", 0, output=output),
              RankResult(1, "error", 1, error={"type": "ValueError", "message": "<b>", "site": "x.py:3"},
                         output="<script>alert(1)</script>\n")]
-    return RunResult("error", 2, 1.5, Diagnosis("rank_error", summary, [1]), ranks)
+    return RunResult("error", 2, 1.5, Diagnosis(kind="rank_error", cause=summary, culprit_ranks=[1]), ranks)
 
 
 def test_the_html_report_escapes_everything():

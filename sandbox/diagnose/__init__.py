@@ -167,13 +167,13 @@ def _init_mismatch(tracks) -> Diagnosis | None:
     parts = [f"{words.ranks(rs)} at {ep} (world size {ws}, {tracks[rs[0]].inits[-1].get('init_method')})"
              for (ep, ws), rs in seen.items()]
     p = tracks[culprits[0]].inits[-1]
-    return Diagnosis("init_mismatch",
-                     "The ranks disagree on the rendezvous, so they can never meet: " + "; ".join(parts) +
+    return Diagnosis(kind="init_mismatch",
+                     cause="The ranks disagree on the rendezvous, so they can never meet: " + "; ".join(parts) +
                      (f". The launcher's endpoint is {launcher} (MASTER_ADDR:MASTER_PORT);"
                       f" {words.ranks(culprits)} {'uses' if len(culprits) == 1 else 'use'} another"
                       f" ({p.get('init_method')} at {p.get('site')})." if launcher else "."),
-                     culprits, "init_process_group", None, 0, p.get("site"),
-                     {"endpoints": {f"{ep} ws={ws}": rs for (ep, ws), rs in seen.items()}, "launcher": launcher})
+                     culprit_ranks=culprits, op="init_process_group", seq=0, site=p.get("site"),
+                     details={"endpoints": {f"{ep} ws={ws}": rs for (ep, ws), rs in seen.items()}, "launcher": launcher})
 
 
 def _group_mismatch(tracks, strict: bool) -> Diagnosis | None:
@@ -197,12 +197,12 @@ def _group_mismatch(tracks, strict: bool) -> Diagnosis | None:
             (f"{words.ranks(rs)} created {list(g)}" if g is not None else f"{words.ranks(rs)} never made this call")
             for g, rs in camps.items())
         site = next((tracks[r].new_groups[k].get("site") for r in culprits if k < len(tracks[r].new_groups)), None)
-        return Diagnosis("group_mismatch",
-                         f"The ranks created process groups differently at their new_group call #{k + 1}: {describe}."
+        return Diagnosis(kind="group_mismatch",
+                         cause=f"The ranks created process groups differently at their new_group call #{k + 1}: {describe}."
                          " Every rank must call every new_group, with the same ranks, in the same order"
                          " (group names come from that order), so these groups never connect.",
-                         culprits, "new_group", None, k + 1, site,
-                         {"index": k + 1, "camps": {str(g): rs for g, rs in camps.items()}})
+                         culprit_ranks=culprits, op="new_group", seq=k + 1, site=site,
+                         details={"index": k + 1, "camps": {str(g): rs for g, rs in camps.items()}})
     return None
 
 
@@ -243,12 +243,12 @@ def _bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
         if len({s[3] for s in camps}) > 1:
             what.append("dtype")
         branch = rank_branch_of(camps, members, tracks)
-        return Diagnosis("collective_mismatch",
-                         f"Collective mismatch at call #{seq} of group {ex.get('group')}: " + "; ".join(parts) +
+        return Diagnosis(kind="collective_mismatch",
+                         cause=f"Collective mismatch at call #{seq} of group {ex.get('group')}: " + "; ".join(parts) +
                          f". The {'/'.join(what) or 'call'} must be the same on every rank of the group."
                          + (f" {branch['words']}" if branch else ""),
-                         culprits, op_of(ex), ex.get("group"), seq, ex.get("site"),
-                         {"calls": {str(r): words.call(p) for r, p in sorted(members.items())}, "differs_in": what,
+                         culprit_ranks=culprits, op=op_of(ex), group=ex.get("group"), seq=seq, site=ex.get("site"),
+                         details={"calls": {str(r): words.call(p) for r, p in sorted(members.items())}, "differs_in": what,
                           **({"branch": {k: v for k, v in branch.items() if k != "words"}} if branch else {})})
     return None
 
@@ -296,16 +296,16 @@ def _p2p(tracks, pend) -> Diagnosis | None:
             why = "a gloo send does not complete until the peer posts the matching recv, so each waits for the other"
         else:
             why = "each waits for a message the other will only send after its own call returns"
-        return Diagnosis("p2p_cycle", f"Point-to-point cycle: {steps}. {why[0].upper() + why[1:]}.{advice}",
-                         sorted(cycle), op_of(waits[cycle[0]]), None, None, waits[cycle[0]].get("site"),
-                         {"cycle": cycle})
+        return Diagnosis(kind="p2p_cycle", cause=f"Point-to-point cycle: {steps}. {why[0].upper() + why[1:]}.{advice}",
+                         culprit_ranks=sorted(cycle), op=op_of(waits[cycle[0]]), site=waits[cycle[0]].get("site"),
+                         details={"cycle": cycle})
     for r, p in sorted(waits.items()):
         q = tracks.get(p["peer"])
         if q is not None:
-            return Diagnosis("missing_ranks",
-                             f"Rank {r} waits in {words.call(p)} at {p.get('site')}, but rank {q.rank} is"
-                             f" {words.where(q)}.", [q.rank], op_of(p), None, None, p.get("site"),
-                             {"waiting": [r], "elsewhere": {str(q.rank): words.where(q)}})
+            return Diagnosis(kind="missing_ranks",
+                             cause=f"Rank {r} waits in {words.call(p)} at {p.get('site')}, but rank {q.rank} is"
+                             f" {words.where(q)}.", culprit_ranks=[q.rank], op=op_of(p), site=p.get("site"),
+                             details={"waiting": [r], "elsewhere": {str(q.rank): words.where(q)}})
     return None
 
 
@@ -336,11 +336,11 @@ def _missing(tracks, pend) -> Diagnosis | None:
         p, op, members, same, absent = max(found, key=lambda f: len(f[3]))  # max() keeps the first of a tie
         elsewhere = {str(m): words.where(tracks[m]) if m in tracks else "never started" for m in absent}
         detail = "; ".join(f"rank {m} is {w}" for m, w in elsewhere.items())
-        return Diagnosis("missing_ranks",
-                         f"{words.ranks(same)} {'waits' if len(same) == 1 else 'wait'} in {words.call(p)} at"
+        return Diagnosis(kind="missing_ranks",
+                         cause=f"{words.ranks(same)} {'waits' if len(same) == 1 else 'wait'} in {words.call(p)} at"
                          f" {p.get('site')}, but {words.ranks(absent)} never"
                          f" {'arrives' if len(absent) == 1 else 'arrive'}: {detail}.",
-                         absent, op, members, p.get("seq"), p.get("site"), {"waiting": same, "elsewhere": elsewhere})
+                         culprit_ranks=absent, op=op, group=members, seq=p.get("seq"), site=p.get("site"), details={"waiting": same, "elsewhere": elsewhere})
     return None
 
 
@@ -365,7 +365,7 @@ def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
         if d is not None:
             return d
     parts = "; ".join(f"rank {r} {words.where(t)}" for r, t in sorted(tracks.items()))
-    return Diagnosis("none", f"Every rank is blocked and none can finish, but the pattern is not one the sandbox"
+    return Diagnosis(kind="none", cause=f"Every rank is blocked and none can finish, but the pattern is not one the sandbox"
                              f" names: {parts}.")
 
 
@@ -382,16 +382,15 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
             if d is not None:
                 d.details["torch_says"] = e["message"][:600]
                 return d
-            return Diagnosis("collective_mismatch", f"PyTorch's own check found a collective mismatch on rank"
-                             f" {t.rank}: {e['message'][:400]}", [t.rank], None, None, None, e.get("site"),
-                             {"torch_says": e["message"][:600]})
+            return Diagnosis(kind="collective_mismatch", cause=f"PyTorch's own check found a collective mismatch on rank"
+                             f" {t.rank}: {e['message'][:400]}", culprit_ranks=[t.rank], site=e.get("site"),
+                             details={"torch_says": e["message"][:600]})
     d = _group_mismatch(tracks, strict=True) if any(t.new_groups for t in tracks.values()) else None
     if d is not None:
         return d
     d = _bucket_mismatch(tracks, pend)
     if d is not None:
-        d.summary += _peer_words(tracks, outcomes, d.culprit_ranks)
-        return d
+        return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks))
 
     def first(ts):
         return min(ts, key=lambda t: (t.exit_t or float("inf"), t.rank))
@@ -400,20 +399,19 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
         t = first(crashed)
         p = t.pending
         at = f" inside {words.call(p)} at {p.get('site')}" if p else (" after its last traced call" if t.events else "")
-        return Diagnosis("rank_crashed",
-                         f"Rank {t.rank} died ({words.exit_words(t.exit_code)}){at}."
+        return Diagnosis(kind="rank_crashed",
+                         cause=f"Rank {t.rank} died ({words.exit_words(t.exit_code)}){at}."
                          + _peer_words(tracks, outcomes, [t.rank]),
-                         [t.rank], p["op"] if p else None, p.get("group") if p else None,
-                         p.get("seq") if p else None, p.get("site") if p else None,
-                         {"exit_code": t.exit_code, "signal": words.signal_name(t.exit_code)})
+                         culprit_ranks=[t.rank], op=p["op"] if p else None, group=p.get("group") if p else None,
+                         seq=p.get("seq") if p else None, site=p.get("site") if p else None,
+                         details={"exit_code": t.exit_code, "signal": words.signal_name(t.exit_code)})
     causes = [t for t in errored if not _PEER_LOST.search((t.error or {}).get("message", ""))]
     if not causes and errored:
         # every error only says "a peer went away": the cause is a rank that was not in the call with them
         inside = {r: t.failed_call for r, t in tracks.items() if t.failed_call is not None}
         d = _missing(tracks, inside)
         if d is not None:
-            d.summary += _peer_words(tracks, outcomes, d.culprit_ranks)
-            return d
+            return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks))
         causes = errored
     if causes:
         t = first(causes)
@@ -429,11 +427,15 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
         else:
             head = f"Rank {t.rank} raised {e['type']}: {words.short(e['message'])}"
             tail = _peer_words(tracks, outcomes, [t.rank])
-        return Diagnosis("rank_error", f"{head}{inside}{at}.{tail}", sorted(same) if len(same) == len(tracks) > 1
-                         else [t.rank], p["op"] if p else None, p.get("group") if p else None,
-                         p.get("seq") if p else None, e.get("site"),
-                         {"error": {k: e[k] for k in ("type", "message", "site") if k in e}})
-    return Diagnosis("none", "The run failed without a recorded cause.")
+        return Diagnosis(kind="rank_error", cause=f"{head}{inside}{at}.{tail}", culprit_ranks=sorted(same) if len(same) == len(tracks) > 1
+                         else [t.rank], op=p["op"] if p else None, group=p.get("group") if p else None,
+                         seq=p.get("seq") if p else None, site=e.get("site"),
+                         details={"error": {k: e[k] for k in ("type", "message", "site") if k in e}})
+    return Diagnosis(kind="none", cause="The run failed without a recorded cause.")
+
+
+def _noted(d: Diagnosis, note: str) -> Diagnosis:
+    return d.noted(note.strip()) if note else d
 
 
 def _peer_words(tracks, outcomes, culprits) -> str:
@@ -465,18 +467,17 @@ def diagnose_timeout(tracks: dict[int, RankTrack], timeout: float) -> Diagnosis:
     busy, waiting = _waiting_and_busy(tracks)
     if busy and waiting:
         w = waiting[0]
-        return Diagnosis("straggler",
-                         f"Not a deadlock: {words.ranks([t.rank for t in busy])} {'was' if len(busy) == 1 else 'were'}"
+        return Diagnosis(kind="straggler",
+                         cause=f"Not a deadlock: {words.ranks([t.rank for t in busy])} {'was' if len(busy) == 1 else 'were'}"
                          f" {words.where(busy[0])} when the {timeout:g} s timeout passed, while"
                          f" {words.ranks([t.rank for t in waiting])} waited in {words.call(w.pending)} at"
                          f" {w.pending.get('site')}.",
-                         [t.rank for t in busy], w.pending["op"], w.pending.get("group"), w.pending.get("seq"),
-                         w.pending.get("site"), {"busy": {str(t.rank): words.where(t) for t in busy}})
+                         culprit_ranks=[t.rank for t in busy], op=w.pending["op"], group=w.pending.get("group"), seq=w.pending.get("seq"),
+                         site=w.pending.get("site"), details={"busy": {str(t.rank): words.where(t) for t in busy}})
     if waiting:
-        d = diagnose_hang(tracks)
-        d.summary = f"The {timeout:g} s timeout passed with every rank inside a distributed call: " + d.summary
-        return d
-    return Diagnosis("none", f"The run did not finish within {timeout:g} s; no rank was waiting on another"
+        return diagnose_hang(tracks).led_by(f"The {timeout:g} s timeout passed with every rank inside a distributed"
+                                            " call:")
+    return Diagnosis(kind="none", cause=f"The run did not finish within {timeout:g} s; no rank was waiting on another"
                              f" ({'; '.join(f'rank {t.rank} {words.where(t)}' for t in busy)}).")
 
 
@@ -484,12 +485,11 @@ def diagnose_interrupted(tracks: dict[int, RankTrack]) -> Diagnosis:
     """Where every rank was when the run was interrupted (Ctrl-C or SIGTERM)."""
     busy, waiting = _waiting_and_busy(tracks)
     if not busy and not waiting:
-        return Diagnosis("none", "Interrupted after every rank had finished.")
+        return Diagnosis(kind="none", cause="Interrupted after every rank had finished.")
     parts = "; ".join(f"rank {t.rank} {words.where(t)}" for t in sorted(busy + waiting, key=lambda t: t.rank))
-    d = Diagnosis("none", f"Interrupted before the run ended: {parts}.")
+    d = Diagnosis(kind="none", cause=f"Interrupted before the run ended: {parts}.")
     if waiting and not busy and not progress_possible(tracks):
         hang = diagnose_hang(tracks)  # it was a deadlock already: say which, as the hang rule would have
         if hang.kind != "none":
-            hang.summary = "Interrupted while deadlocked. " + hang.summary
-            return hang
+            return hang.led_by("Interrupted while deadlocked.")
     return d

@@ -38,7 +38,7 @@ from sandbox.channel import Channel
 from sandbox.events import RankTrack, Tail
 from sandbox.result import Diagnosis, RankResult, RunResult
 
-log = logging.getLogger("sandbox.launch")
+log = logging.getLogger("sandbox.launcher")
 
 MAX_WORLD_SIZE = 128
 POLL_S = 0.02               # how often the watchdog looks
@@ -443,7 +443,7 @@ class Run:
         verdict, diag = j.verdict, j.diagnosis
         if self.fatal is not None and self.stopped_for != INTERRUPTED:
             verdict = "error"
-            diag = Diagnosis("rank_error", f"The ranks could not start: {self.fatal['fatal']}",
+            diag = Diagnosis(kind="rank_error", cause=f"The ranks could not start: {self.fatal['fatal']}",
                              details={"traceback": self.fatal.get("traceback")})
         zlog = None
         ranks = []
@@ -495,7 +495,7 @@ class Run:
                         res = self._assemble(res.wall_s)
                 if res is None:  # interrupted before the zygote could even start
                     res = RunResult(INTERRUPTED, self.n, time.monotonic() - t0,
-                                    Diagnosis("none", "Interrupted before the ranks started."),
+                                    Diagnosis(kind="none", cause="Interrupted before the ranks started."),
                                     [RankResult(r, "stopped") for r in range(self.n)])
             finally:
                 self._cleanup()

@@ -1,0 +1,25 @@
+"""The sandbox's defaults, decided once: every front door (launch(), the command lines, the cell magic, the pytest
+plugin, the labs) reads them from here, so a run started any of these ways is judged by the same clock.
+
+Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import signal
+
+HANG_AFTER_S = 1.0    # every live rank blocked in calls nobody can complete for this long: a hang
+RUN_TIMEOUT_S = 300.0  # the whole run, whatever it is doing; then the ranks are stopped and the verdict is "timeout"
+PG_TIMEOUT_S = 60.0   # the process group's own timeout (init_process_group(timeout=)) where the sandbox creates it
+
+
+def debug_env(level: str | None) -> dict[str, str]:
+    """The ranks' TORCH_DISTRIBUTED_DEBUG for a --debug level: unset for None and "OFF" (PyTorch's default, and a
+    warm zygote must not keep a level from an earlier run), else the level as PyTorch spells it."""
+    if level is None or level.upper() == "OFF":
+        return {}
+    return {"TORCH_DISTRIBUTED_DEBUG": level.upper()}
+
+
+def interrupted_exit(signum: int = signal.SIGINT) -> int:
+    """The exit code of a command ended by a signal, as a shell reports it: 130 after Ctrl-C, 143 after SIGTERM."""
+    return 128 + int(signum)
