@@ -17,6 +17,7 @@ Run with `-v` (or `logging.getLogger("sandbox").setLevel(logging.INFO)`) to see 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -461,12 +462,12 @@ class Run:
             ranks.append(RankResult.from_track(t, j.outcomes[r], output, value))
         if self.fatal is not None and self.stopped_for != INTERRUPTED:
             zlog = self._read("zygote.log") if zlog is None else zlog
-            for rr in ranks:
-                rr.error = {"type": "start", "message": self.fatal["fatal"]}
-                rr.output = rr.output or zlog
+            ranks = [dataclasses.replace(rr, error={"type": "start", "message": self.fatal["fatal"]},
+                                         output=rr.output or zlog) for rr in ranks]
         evs = sorted((e for t in self.tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
-        return RunResult(verdict, self.n, wall, diag, ranks, evs, None if self.owns_dir else self.dir,
-                         self.proc.pid if self.proc else None, self.ended_at or time.time(), j.warnings)
+        return RunResult(verdict=verdict, world_size=self.n, wall_s=wall, diagnosis=diag, ranks=ranks, events=evs,
+                         run_dir=None if self.owns_dir else self.dir, pgid=self.proc.pid if self.proc else None,
+                         ended_at=self.ended_at or time.time(), warnings=j.warnings)
 
     def run(self) -> RunResult:
         t0 = time.monotonic()
@@ -494,9 +495,9 @@ class Run:
                         self.stopped_for = INTERRUPTED
                         res = self._assemble(res.wall_s)
                 if res is None:  # interrupted before the zygote could even start
-                    res = RunResult(INTERRUPTED, self.n, time.monotonic() - t0,
-                                    Diagnosis(kind="none", cause="Interrupted before the ranks started."),
-                                    [RankResult(r, "stopped") for r in range(self.n)])
+                    res = RunResult(verdict=INTERRUPTED, world_size=self.n, wall_s=time.monotonic() - t0,
+                                    diagnosis=Diagnosis(kind="none", cause="Interrupted before the ranks started."),
+                                    ranks=[RankResult(rank=r, outcome="stopped") for r in range(self.n)])
             finally:
                 self._cleanup()
         if self.held:
