@@ -22,6 +22,7 @@ Inside the sandbox `sandbox.rank` installs it. Under torchrun use the CLI:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import itertools
@@ -650,6 +651,22 @@ def uninstall() -> None:
         else:
             setattr(owner, attr, before)
     _installed = False
+
+
+@contextlib.contextmanager
+def paused():
+    """Inside this block torch.distributed is torch's own again: every wrapper is taken off and nothing is recorded,
+    so a benchmark times PyTorch, not the tracer (`python -m sandbox.bench`). Put back on the way out, as it was."""
+    global _installed
+    was_installed, patched, sink = _installed, list(_patched), set_sink(None)
+    uninstall()
+    try:
+        yield
+    finally:
+        for owner, attr, _before, wrapper in patched:  # the same wrappers, so references taken before stay valid
+            _patch(owner, attr, wrapper)
+        _installed = was_installed
+        set_sink(sink)
 
 
 def start(path: str, rank: int, **meta) -> None:
