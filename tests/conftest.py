@@ -187,8 +187,21 @@ def visible_gpus() -> int:
     return torch.cuda.device_count()
 
 
+# The slow tier, by what a module does: build the site, drive a browser, execute notebooks or cells in real kernels,
+# check what is left behind or what a signal does at every stage, start torchrun, run pytest inside pytest.
+# `pytest -m "not slow"` leaves them out for a quick answer while working; the README's command and CI run all.
+SLOW_MODULES = {"test_docs", "test_browser", "test_labs", "test_hygiene", "test_interrupt", "test_torchrun",
+                "test_plugin", "test_warm", "test_readme"}
+SLOW_TESTS = set()  # single tests elsewhere that start a kernel or run long: "module::name"
+
+
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests need 2 visible GPUs (one per rank), `no_gpu` tests a machine where none is visible."""
+    """`slow` by module (above); `gpu` tests need 2 visible GPUs (one per rank), `no_gpu` tests a machine where
+    none is visible."""
+    for item in items:
+        mod = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if mod in SLOW_MODULES or f"{mod}::{item.originalname}" in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
     gpus = None
     for item in items:
         if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu"):
