@@ -1,5 +1,6 @@
 """Which source files are the sandbox's plumbing or torch's own, so call sites, stack tops and tracebacks show the
-user's code. Torch-free: the tracer (in the ranks) and the diagnosis (in the parent, or offline) share this rule."""
+user's code; and how a file is shown (`shown_path`). Torch-free: the tracer (in the ranks) and the diagnosis (in the
+parent, or offline) share these rules."""
 from __future__ import annotations
 
 import importlib.util
@@ -7,14 +8,21 @@ import os
 import sysconfig
 
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-# the files that stand between a user's code and torch.distributed (the primitives too: a hang inside
-# reduce_tensor is reported at the user's call of it), the simulated devices (an error their device check raises
-# is reported at the user's op, as a real device's would be) and the catalogue's `init()` helper (a bug's init is
-# reported in the bug's module); the bug modules themselves and user code are not plumbing
-_FILES = ("trace.py", "rank.py", "_zygote.py", "launch.py", "primitives.py", "simulate.py",
-          os.path.join("bugs", "__init__.py"))
+# the project: the directory that holds the `sandbox` package (a checkout, or site-packages when installed)
+PROJECT = os.path.dirname(_HERE.rstrip(os.sep)) + os.sep
+_CHECKOUT = os.path.exists(os.path.join(PROJECT, "pyproject.toml"))  # not site-packages: all of it is the project's
+# the files that stand between a user's code and torch.distributed (the tracer, every file of it; the primitives
+# too: a hang inside reduce_tensor is reported at the user's call of it), the simulated devices (an error their
+# device check raises is reported at the user's op, as a real device's would be) and the catalogue's `init()`
+# helper and rank entry (a bug's init is reported in the bug's module); the bug modules and user code are not.
+# trace.py: the tracer before it was a package, as a stack read from an older trace directory names it
+_FILES = ("trace.py", "rank.py", "_zygote.py", "launcher.py", "primitives.py", "simulate.py",
+          os.path.join("bugs", "__init__.py"), os.path.join("bugs", "_entry.py"))
+_DIRS = ("trace",)
 PLUMBING_FILES = frozenset(os.path.join(_HERE, f) for f in _FILES)
+_PLUMBING_DIRS = tuple(os.path.join(_HERE, d) + os.sep for d in _DIRS)
 _PLUMBING_SUFFIXES = tuple(os.sep + os.path.join("sandbox", f) for f in _FILES)
+_PLUMBING_PARTS = tuple(os.sep + os.path.join("sandbox", d) + os.sep for d in _DIRS)
 
 
 def _torch_dir() -> str | None:
@@ -34,13 +42,44 @@ def is_plumbing(path: str) -> bool:
     """Is this file torch's or the sandbox's machinery (not a frame a user wants to see)?"""
     hit = _cache.get(path)
     if hit is None:
-        hit = (path in PLUMBING_FILES or path.endswith(_PLUMBING_SUFFIXES) or path.startswith("<frozen")
+        hit = (is_sandbox(path) or path.startswith("<frozen")
                or os.path.basename(path) == "runpy.py"
                or (TORCH_DIR is not None and path.startswith(TORCH_DIR))
                or f"{os.sep}site-packages{os.sep}torch{os.sep}" in path   # a trace from another machine
                or f"{os.sep}dist-packages{os.sep}torch{os.sep}" in path)
         _cache[path] = hit
     return hit
+
+
+def is_sandbox(path: str) -> bool:
+    """Is this file the sandbox's own machinery (the tracer, the rank runner, ...), here or in a trace from another
+    machine (matched by its path inside the package)?"""
+    return (path in PLUMBING_FILES or path.startswith(_PLUMBING_DIRS) or path.endswith(_PLUMBING_SUFFIXES)
+            or any(part in path for part in _PLUMBING_PARTS))
+
+
+def shown_path(path: str) -> str:
+    """How a file is shown in a site, a stack top or a note: relative to the project when it is the project's (the
+    sandbox's package, or anything in its checkout), whatever the working directory; else relative to the working
+    directory when it is below it; else as it is."""
+    if not os.path.isabs(path):
+        return path
+    here = os.path.normpath(path)
+    if here.startswith(_HERE) or (_CHECKOUT and here.startswith(PROJECT)):
+        return os.path.relpath(here, PROJECT)
+    try:
+        rel = os.path.relpath(here)
+    except ValueError:  # another drive (Windows): the absolute path is the honest answer
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def resolve(shown: str) -> str:
+    """The file a shown path names: the inverse of `shown_path` (the project's, else below the working directory)."""
+    if os.path.isabs(shown):
+        return shown
+    mine = os.path.join(PROJECT, shown)
+    return mine if os.path.exists(mine) else os.path.abspath(shown)
 
 
 def is_stdlib(path: str) -> bool:

@@ -6,7 +6,6 @@ innermost enclosing `if` whose test reads the rank, by parsing the source files 
 from __future__ import annotations
 
 import ast
-import os
 import re
 
 from sandbox import _paths
@@ -36,11 +35,12 @@ def stack_frames(stack: str | None) -> list[tuple[str, int]]:
 
 
 def site_frame(site: str | None) -> list[tuple[str, int]]:
-    """The one frame of a trace's call site ("dir/file.py:12"), relative to this directory if it is not absolute."""
+    """The one frame of a trace's call site ("dir/file.py:12"): a shown path is the project's, else relative to
+    this directory (`sandbox._paths.resolve`, the inverse of how sites are shown)."""
     if not site or ":" not in site:
         return []
     path, _, line = site.rpartition(":")
-    return [(os.path.abspath(path), int(line))] if line.isdigit() else []
+    return [(_paths.resolve(path), int(line))] if line.isdigit() else []
 
 
 def _tree(path: str):

@@ -17,19 +17,25 @@ Events (every one has "ev", "rank" and "t", seconds since the epoch):
   - `id`: the call's number in this rank, unique and increasing (also across threads).
   - `op`: the function called (`all_reduce`, `send`, ..., or `wait` for `Work.wait()` on an async op).
   - `site`: `file:line` of the user's call (the first frame outside torch and the sandbox), `func` its function.
+    The file is shown relative to the project when it is the project's, else to the working directory when below
+    it, else absolute (`sandbox._paths.shown_path`).
   - `group`: the global ranks of the process group; `gname`: the group's name (PyTorch's
     `_get_process_group_name`), which tells apart two groups with the same ranks.
   - `seq`: collectives only: the call's 1-based number among this rank's collectives on `gname`. Ranks at the same
     `(gname, seq)` must be making the same call.
-  - `sig`: collectives only: `op|root|shapes|dtypes`, what must be equal on every rank at one `(gname, seq)`.
+  - `sig`: collectives only: `op|root|shapes|dtypes`, a summary for people (`sandbox.calls.signature`); what must
+    be equal on every rank at one `(gname, seq)` is decided by `sandbox.calls` from the fields themselves.
   - `shapes`, `dtypes`, `devices`: this rank's contribution (one entry per tensor).
-  - `redop`: the reduce op of a reducing collective ("SUM", "MAX", ...); not part of `sig`, which decides hangs.
+  - `redop`: the reduce op of a reducing collective ("SUM", "MAX", ...).
+  - `splits`: all_to_all and all_to_all_single: `[sent, received]`, elements sent to and received from each member
+    of the group, in group-rank order.
   - `root`: the src/dst of a rooted collective (broadcast, reduce, gather, scatter, *_object); `peer`: the other
     rank of a point-to-point op; `tag`: a point-to-point tag other than 0.
   - `async`: the call returned a Work to wait on later (isend, irecv, async_op=True); such an op stays posted until
     its `wait`. `p2p`: for `batch_isend_irecv`, each op as `{"op", "peer", "shapes"}`.
   - `wait` events add `of` (the op being waited on), `of_id` (its call id) and, for one op of a
-    `batch_isend_irecv`, `of_idx` (its index in that batch); they copy the group, seq, peer and shape fields of `of`.
+    `batch_isend_irecv`, `of_idx` (its index in that batch); they copy `peer` and the fields that must match
+    across ranks (`sandbox.calls.MATCH_FIELDS`: group, seq, root, shapes, dtypes, redop, splits) of `of`.
   - `init_process_group`: `backend`, `init_method`, `endpoint` (host:port it meets at), `world_size`,
     `MASTER_ADDR`, `MASTER_PORT`, `device_id`, `timeout_s`. `new_group`: `ranks` (or "all"), `index` (this rank's
     count of new_group calls), `local_sync` when made with use_local_synchronization.
@@ -50,20 +56,15 @@ import json
 import os
 import re
 
+# the op table and what a call is: `sandbox.calls` decides; re-exported for the readers of tracks
+from sandbox.calls import (COLLECTIVES, MATCH_FIELDS, RECVS, SENDS, UNEVEN, is_collective, op_of,  # noqa: F401
+                           p2p_direction, p2p_ops)
+
 FORMAT = "dist-sandbox-trace"
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
 TRACE_FILE = re.compile(r"rank-(\d+)\.jsonl")
 
-COLLECTIVES = frozenset({
-    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "barrier",
-    "monitored_barrier", "all_gather_object", "gather_object", "broadcast_object_list", "scatter_object_list",
-    "all_gather_single", "reduce_scatter_single", "all_gather_coalesced"})
-SENDS = frozenset({"send", "isend", "send_object_list"})
-RECVS = frozenset({"recv", "irecv", "recv_object_list"})
-# a collective's per-rank shapes may differ legitimately in these (uneven splits)
-UNEVEN = frozenset({"all_to_all", "all_to_all_single", "gather", "scatter"})
 P2P_WINDOW = 256  # a rank remembers the order of about its last P2P_WINDOW point-to-point ops
 BUCKET_WINDOW = 4096  # a rank remembers the collectives of its last BUCKET_WINDOW sequence numbers per group
 MAX_EVENTS = 200_000  # per rank: a long job keeps its most recent calls, not all of them
@@ -218,30 +219,6 @@ class Tail:
 
 
 # ----------------------------------------------------------------------------------------------- one rank's state
-
-def op_of(p: dict) -> str:
-    """The op a pending event stands for (a `wait` stands for the op it waits on)."""
-    return p.get("of") if p["op"] == "wait" else p["op"]
-
-
-def is_collective(p: dict) -> bool:
-    return op_of(p) in COLLECTIVES
-
-
-def p2p_direction(p: dict) -> str | None:
-    op = op_of(p)
-    return "send" if op in SENDS else "recv" if op in RECVS else None
-
-
-def p2p_ops(p: dict) -> list[tuple[str, int | None, int]]:
-    """(direction, peer, tag) of each point-to-point op a call made: one for send/recv and their variants, one per
-    op of a batch_isend_irecv, none for anything else (a `wait` included: its op was counted when posted)."""
-    if p["op"] == "batch_isend_irecv":
-        return [("send" if o.get("op") == "isend" else "recv", o.get("peer"), 0) for o in p.get("p2p") or []]
-    if p["op"] in SENDS or p["op"] in RECVS:
-        return [("send" if p["op"] in SENDS else "recv", p.get("peer"), p.get("tag", 0))]
-    return []
-
 
 class RankTrack:
     """One rank's state, built from its trace events by `feed` (the only writer of the trace-derived fields).

@@ -6,11 +6,11 @@ the tests ask them about recorded traces. The same traces get the same verdict e
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sandbox import contracts
-from sandbox.diagnose import (diagnose_failure, diagnose_hang, diagnose_interrupted, diagnose_timeout, lost_peer,
-                              progress_possible, provable_deadlock)
+from sandbox.diagnose import (blocked_call, diagnose_failure, diagnose_hang, diagnose_interrupted, diagnose_timeout,
+                              lost_peer, progress_possible, provable_deadlock)
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
 
@@ -70,7 +70,10 @@ def outcome(t: RankTrack, stopped_for: str | None) -> str:
     """ok | error | hung | crashed | stopped, from a rank's track and why the run was stopped (None: it was not
     stopped by the sandbox; offline, a rank left inside a call when its launcher ended the job is hung)."""
     if t.ended_by_sandbox:
-        return "hung" if t.pending is not None and stopped_for in (HANG, TIMEOUT, "interrupted") else "stopped"
+        # blocked_call: a rank whose stuck call raised only because a peer went away as the sandbox ended the run
+        # (ranks are ended one after another) was as hung as the others: judged as from its files offline
+        hung = blocked_call(t) is not None and stopped_for in (HANG, TIMEOUT, "interrupted")
+        return "hung" if hung else "stopped"
     if t.error is not None:
         return "error"
     if t.pid is not None:  # live: the exit status decides
@@ -97,7 +100,7 @@ def judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, timeo
     (HANG, FAILURE, TIMEOUT, "interrupted") or None; timeout: the run's limit (for the wording).
     """
     j = _judge(tracks, stopped_for, timeout=timeout, blocked_s=blocked_s)
-    j.warnings = contracts.check(tracks)
+    j.warnings = contracts.breaches(tracks)
     if j.verdict != "ok":
         j.diagnosis = contracts.explain(j.diagnosis, j.warnings, tracks)
     return j
@@ -128,7 +131,7 @@ def _judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, time
     if stopped_for == HANG:
         d = diagnose_hang(tracks)
         if blocked_s is not None:
-            d.details["blocked_for_s"] = round(blocked_s, 3)
+            d = replace(d, details={**d.details, "blocked_for_s": round(blocked_s, 3)})
         return Judgement(HANG, d, outcomes)
     if stopped_for == TIMEOUT:
         return Judgement(TIMEOUT, diagnose_timeout(tracks, timeout or 0), outcomes)

@@ -2,12 +2,22 @@
 Pure functions over events and tracks; the rules (`sandbox.diagnose`) decide what to say, this module how."""
 from __future__ import annotations
 
-import os
 import re
 import signal
 
 from sandbox import _paths
-from sandbox.events import RankTrack, is_collective, op_of, p2p_direction
+from sandbox._paths import shown_path  # noqa: F401  (how a file is shown is decided there, for the tracer too)
+from sandbox.calls import is_collective, op_of, p2p_direction
+from sandbox.events import RankTrack
+
+# an error that only says a peer went away: a consequence, not a cause
+PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|failed to recv|EOF|peer.*(closed|died)|"
+                       r"Socket Timeout|unbound_buffer|Timed out waiting|ProcessGroupGloo.*timeout", re.I)
+
+
+def peer_lost(message: str | None) -> bool:
+    """Does this error message only say that a peer went away?"""
+    return bool(PEER_LOST.search(message or ""))
 
 
 def ranks(rs) -> str:
@@ -43,16 +53,28 @@ def call(p: dict) -> str:
     return " ".join(bits)
 
 
-def signature(p: dict) -> str:
-    """op(shape, dtype, root) without the group and sequence number: for comparing ranks at one call."""
+def signature(p: dict, redop: bool = False) -> str:
+    """op(shape, dtype, root) without the group and sequence number: for comparing ranks at one call; with
+    `redop`, the reduce op too (`all_reduce(shape [1], float32, SUM)`)."""
     bits = []
     if p.get("shapes"):
         bits.append("shape " + str(p["shapes"][0] if len(p["shapes"]) == 1 else p["shapes"]))
     if p.get("dtypes"):
-        bits.append(p["dtypes"][0])
+        dts = p["dtypes"]
+        bits.append(dts[0] if len(set(dts)) == 1 else f"dtypes {dts}")
     if p.get("root") is not None:
         bits.append(f"root {p['root']}")
+    if p.get("splits"):
+        bits.append(f"sends {p['splits'][0]}, receives {p['splits'][1]}")
+    if redop and p.get("redop"):
+        bits.append(p["redop"])
     return f"{op_of(p)}({', '.join(bits)})"
+
+
+def groups_differ(k: int, camps: str) -> str:
+    """The sentence for ranks that created process groups differently at their k-th new_group call (1-based);
+    `camps` says what each camp of ranks created."""
+    return f"The ranks created process groups differently at their new_group call #{k}: {camps}."
 
 
 def first_line(msg: str) -> str:
@@ -67,15 +89,6 @@ def short(msg: str) -> str:
     line = re.sub(r"^\[[^\]]*(third_party|/gloo/)[^\]]*\]\s*", "", line)
     line = re.sub(r"\s*This is typically caused by.*$", "", line)
     return line.rstrip(". ")
-
-
-def shown_path(path: str) -> str:
-    """A path relative to the working directory when it is below it, else as it is."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
 
 
 _FRAME = re.compile(r'\s+File "(.+)", line (\d+) in (\S+)')

@@ -1,4 +1,5 @@
-"""Re-record the trace fixtures of test_diagnose_unit.py from real runs: `python tests/record_traces.py`.
+"""Re-record the trace fixtures of test_diagnose_unit.py from real runs: `python tests/record_traces.py [NAME ...]`
+(every case, or only those named).
 
 Each case keeps what the diagnosis reads: the per-rank trace (rank-N.jsonl), the stacks fetched at the end
 (stack-N.txt), the format's meta.json, and expected.json with each rank's exit code and outcome plus the verdict
@@ -31,11 +32,17 @@ CASES = {
     "crash_in_call": (scenarios.crash_in_call, 3, ()),
     "raises": (scenarios.raises, 3, ()),
     "ok_sum": (scenarios.ok_sum, 2, ()),
+    "dtype_mismatch": (scenarios.dtype_mismatch, 4, ()),
 }
 
 if __name__ == "__main__":
     os.chdir(os.path.dirname(HERE))
-    for name, (fn, n, args) in CASES.items():
+    wanted = sys.argv[1:] or list(CASES)
+    unknown = sorted(set(wanted) - set(CASES))
+    if unknown:
+        sys.exit(f"record_traces.py: no case named {', '.join(unknown)}; the cases are {', '.join(CASES)}.")
+    for name in wanted:
+        fn, n, args = CASES[name]
         tmp = tempfile.mkdtemp()
         res = launch(fn, world_size=n, args=args, trace_dir=tmp, timeout=30)
         out = os.path.join(HERE, "traces", name)

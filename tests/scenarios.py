@@ -184,3 +184,44 @@ def tag_mismatch():
         dist.send(torch.ones(2), dst=1, tag=1)
     else:
         dist.recv(torch.empty(2), src=0, tag=2)  # BUG: another tag
+
+
+def dtype_mismatch(dtype="float64", odd=2):
+    """Every rank all_reduces 4 elements; rank `odd` in another dtype (float64: another size on the wire, gloo
+    aborts; int32: the same size, gloo pairs it and sums the bits as its own type)."""
+    rank, _ = _init()
+    t = torch.ones(4, dtype=getattr(torch, dtype) if rank == odd else torch.float32)  # BUG: one rank's dtype
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return t.tolist()
+
+
+def ring_exchange(how):
+    """Each rank exchanges a tensor with both neighbours of a ring (on 3 ranks, with every other rank).
+    how="even_first": blocking send/recv, even ranks sending first, odd ranks receiving first (the advice that
+    deadlocks among an odd number of ranks: ranks 0 and 2 are neighbours and both send first);
+    how="isend_irecv" / "batch": both sides posted first, then every request waited on (the advice that holds for
+    any number of ranks). Returns what came from the left and from the right."""
+    rank, ws = _init()
+    right, left = (rank + 1) % ws, (rank - 1) % ws
+    mine = torch.full((2,), float(rank))
+    got = {right: torch.empty(2), left: torch.empty(2)}
+    if how == "even_first":
+        for peer in sorted({right, left}):
+            if rank % 2 == 0:
+                dist.send(mine, dst=peer)
+                dist.recv(got[peer], src=peer)
+            else:
+                dist.recv(got[peer], src=peer)
+                dist.send(mine, dst=peer)
+    elif how == "isend_irecv":
+        reqs = [dist.isend(mine, dst=p) for p in (right, left)] + [dist.irecv(got[p], src=p) for p in (right, left)]
+        for r in reqs:
+            r.wait()
+    else:
+        ops = [dist.P2POp(dist.isend, mine, p) for p in (right, left)] + \
+              [dist.P2POp(dist.irecv, got[p], p) for p in (right, left)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+    dist.destroy_process_group()
+    return got[left][0].item(), got[right][0].item()

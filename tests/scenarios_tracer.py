@@ -88,23 +88,23 @@ def two_threads(calls=300):
 def bookkeeping_fails(busy_s=1.0):
     """The tracer's bookkeeping after a send/recv that worked fails; rank 0 then computes for a while before the
     barrier. Its last trace line must not leave it 'inside' the send, or the run looks hung."""
-    from sandbox import trace
+    from sandbox.trace import inflight
 
     rank, _ = _init()
-    real = trace._completed  # a helper the tracer calls after a synchronous call returned
+    real = inflight.completed  # a helper the tracer calls after a synchronous call returned
 
     def broken(work):
         raise RuntimeError("planted: the tracer's bookkeeping fails")
 
     t = torch.full((2,), float(rank))
-    trace._completed = broken  # fault injection into the tracer's insides, undone right after the call
+    inflight.completed = broken  # fault injection into the tracer's insides, undone right after the call
     try:
         if rank == 0:
             dist.send(t, 1)
         else:
             dist.recv(t, 0)
     finally:
-        trace._completed = real
+        inflight.completed = real
     if rank == 0:
         time.sleep(busy_s)  # the rank's own work, longer than the run's hang_after; no distributed call pending
     dist.barrier()

@@ -113,7 +113,7 @@ def test_an_object_collective_that_handed_tensors_from_other_devices(clean):
 
 def test_a_failure_a_warning_explains_says_so_in_the_diagnosis(clean):
     from sandbox.bugs import registry
-    from sandbox.repro import run_variant
+    from sandbox.bugs import run_variant
 
     res, ok, _ = run_variant(registry()["cross-device"], "broken", 4)
     assert ok and res.verdict == "error"
@@ -147,7 +147,7 @@ def _track(rank, calls):
 def test_two_ranks_sending_to_each_other_first_is_a_send_cycle_even_when_it_completed():
     """The kv-sync pattern as NCCL completes it at small sizes (only a GPU run makes it finish for real: the gpu
     test of kv-sync checks that); and a pipeline, where rank 1 receives before it sends back, is not one."""
-    from sandbox.contracts import check
+    from sandbox.contracts import breaches as check
 
     cycle = {0: _track(0, [("send", 1, 1.0, 1.5), ("recv", 1, 1.6, 1.7)]),
              1: _track(1, [("send", 0, 1.1, 1.5), ("recv", 0, 1.6, 1.7)])}

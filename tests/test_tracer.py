@@ -23,20 +23,20 @@ def _expected_positional(rank):
         exp += [
             ("broadcast", G, {"root": 2, "seq": 1, "shapes": [[4]]}),
             ("barrier", G, {"seq": 2}),
-            ("all_reduce", G, {"seq": 3, "shapes": [[4]]}),
-            ("reduce", G, {"root": 1, "seq": 4, "shapes": [[4]]}),
+            ("all_reduce", G, {"seq": 3, "shapes": [[4]], "redop": "SUM"}),
+            ("reduce", G, {"root": 1, "seq": 4, "shapes": [[4]], "redop": "SUM"}),
             ("all_gather", G, {"seq": 5, "shapes": [[4]]}),
             ("gather", G, {"root": 1, "seq": 6, "shapes": [[4]]}),
             ("scatter", G, {"root": 2, "seq": 7, "shapes": [[2]]}),
-            ("all_to_all_single", G, {"seq": 8, "shapes": [[4]]}),
+            ("all_to_all_single", G, {"seq": 8, "shapes": [[4]], "splits": [[2, 2], [2, 2]]}),
             ("broadcast_object_list", G, {"root": 2, "seq": 9}),
             ("gather_object", G, {"root": 1, "seq": 10}),
             ("all_gather_object", G, {"seq": 11}),
             ("scatter_object_list", G, {"root": 2, "seq": 12}),
             ("broadcast", G, {"root": 2, "seq": 13, "shapes": [[4]]}),  # group_src=1 is global rank 2
             ("monitored_barrier", G, {"seq": 14}),
-            ("all_reduce", G, {"seq": 15, "shapes": [[4]], "async": True}),
-            ("wait", G, {"seq": 15, "of": "all_reduce", "shapes": [[4]]}),
+            ("all_reduce", G, {"seq": 15, "shapes": [[4]], "async": True, "redop": "SUM"}),
+            ("wait", G, {"seq": 15, "of": "all_reduce", "shapes": [[4]], "redop": "SUM"}),  # what must match, copied
         ]
         send = rank == 1
         exp += [
@@ -65,7 +65,7 @@ def test_positional_arguments_are_recorded_like_keywords(clean):
             if group is not None:
                 assert e["group"] == group, where
                 assert e["gname"] == (world_name if group == W else sub_name[rank]), where
-            for k in ("root", "peer", "seq", "tag", "of"):
+            for k in ("root", "peer", "seq", "tag", "of", "redop", "splits"):
                 assert e.get(k) == fields.get(k), f"{where}: {k} {e.get(k)!r}, expected {fields.get(k)!r}"
             assert e.get("async", False) == fields.get("async", False), where
             if "shapes" in fields:
@@ -83,7 +83,8 @@ def test_the_table_names_arguments_this_torch_has():
         if fn is None:  # an op this torch does not have is simply not wrapped
             continue
         params = inspect.signature(fn).parameters
-        for arg in filter(None, (op.data, op.root, op.root and "group_" + op.root)):
+        named = (op.data, op.root, op.root and "group_" + op.root, op.redop, op.out, *(op.objects or ()))
+        for arg in filter(None, named):
             assert arg in params, f"{name} has no argument {arg!r}: {list(params)}"
         if op.kind in ("coll", "p2p") and name != "batch_isend_irecv":
             assert "group" in params, name
@@ -166,7 +167,7 @@ def test_a_failure_of_the_tracer_bookkeeping_still_writes_the_exit(clean):
 
 def _assert_user_traceback(text, *wanted):
     assert "Traceback (most recent call last)" in text
-    for frame in ("sandbox/trace.py", "sandbox/rank.py", "runpy"):
+    for frame in ("sandbox/trace/", "sandbox/rank.py", "runpy"):
         assert frame not in text, text
     for w in wanted:
         assert w in text, text

@@ -1,0 +1,80 @@
+"""Contracts of what lives beyond a call: tensors inside objects keep their device, and the default group is
+destroyed before the process leaves. And `explain`: a failure that a warning accounts for says so."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sandbox.calls import SENDS
+from sandbox.contracts.base import ContractWarning, ended_ok, where
+from sandbox.events import RankTrack
+from sandbox.words import peer_lost, ranks as ranks_words
+
+def object_devices(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    """Per object collective (by its site): ranks handed tensors on devices other than those they sent from."""
+    by_call: dict[tuple, dict[int, tuple]] = {}
+    for r, t in tracks.items():
+        for rec in t.object_devices:
+            own = set(rec["sent"])
+            foreign = {int(src): sorted(set(devs) - own) for src, devs in rec["got"].items()
+                       if src.lstrip("-").isdigit() and int(src) != r and set(devs) - own}
+            if own and foreign:
+                call = rec["call"]
+                by_call.setdefault((call["op"], where(call)), {})[r] = (call, foreign, sorted(own))
+    out = []
+    for (op, site), per_rank in sorted(by_call.items()):
+        r, (call, foreign, own) = min(per_rank.items())
+        devices = sorted({d for ds in foreign.values() for d in ds})
+        more = sorted(set(per_rank) - {r})
+        out.append(ContractWarning(
+            "object_device", f"{op} at {site} handed rank {r} tensors on {', '.join(devices)} (from "
+                             f"{ranks_words(sorted(foreign))}), while its own are on {', '.join(own)}"
+                             + (f"; likewise {ranks_words(more)}" if more else "") + ".",
+            sorted(per_rank), op=op, group=call.get("group"), seq=call.get("seq"),
+            sites={q: site for q in per_rank},
+            details={"foreign": {str(q): sorted({d for ds in f.values() for d in ds})
+                                 for q, (_, f, _) in per_rank.items()}}))
+    return out
+
+
+def not_destroyed(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    left = [(r, t.inits[-1]) for r, t in tracks.items() if t.inits and not t.destroyed and ended_ok(t)]
+    if not left:
+        return []
+    rs = [r for r, _ in left]
+    return [ContractWarning(
+        "not_destroyed", f"{ranks_words(rs).capitalize()} exited without destroying the default process group "
+                         f"(initialised at {where(left[0][1])}).", rs, op="destroy_process_group",
+        sites={r: where(p) for r, p in left})]
+
+
+def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTrack]):
+    """A failed run whose failure a warning explains: the diagnosis saying so (a note, and details["contract"]).
+    Today: a device-mismatch error on a rank that an object collective handed tensors from other devices, and a
+    receiver whose connection closed because the sender left with its isend never waited on."""
+    for w in warnings:
+        words = (_explain_device(w, diagnosis, tracks) if w.kind == "object_device" else
+                 _explain_left_send(w, tracks) if w.kind == "async_unwaited" else None)
+        if words:
+            return replace(diagnosis.noted(words), details={**diagnosis.details, "contract": w.kind})
+    return diagnosis
+
+
+def _explain_device(w: ContractWarning, diagnosis, tracks) -> str | None:
+    first = [q for q in diagnosis.culprit_ranks if q in w.ranks]
+    for r in first + [q for q in w.ranks if q not in first]:
+        err = tracks[r].error if r in tracks else None
+        if err and "same device" in (err.get("message") or ""):
+            devices = w.details.get("foreign", {}).get(str(r), [])
+            return (f"Rank {r}'s failing call at {err.get('site') or '?'} got tensors that {w.op} at {w.sites.get(r)} "
+                    f"delivered from {', '.join(devices)} (a tensor inside an object comes back on the device it was "
+                    "sent from).")
+    return None
+
+
+def _explain_left_send(w: ContractWarning, tracks) -> str | None:
+    peer, [sender] = w.details.get("peer"), w.ranks
+    err = tracks[peer].error if w.op in SENDS and peer in tracks else None
+    if err and peer_lost(err.get("message")):
+        return (f"Rank {sender}'s {w.op} to rank {peer} at {w.sites.get(sender)} was never waited on: rank {sender} "
+                f"left with it still pending, which closed the connection rank {peer} was receiving on.")
+    return None

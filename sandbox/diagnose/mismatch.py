@@ -1,0 +1,147 @@
+"""The mismatch rules: ranks that disagree about the rendezvous (`init_mismatch`), about the process groups they
+create (`group_mismatch`), or about the collective they make at one call of a group (`bucket_mismatch`). What must
+be the same at one call is `sandbox.calls`' to say (FULL level: op, group, root, shapes, dtypes, reduce op,
+splits); this module names who differs and where they came from.
+"""
+from __future__ import annotations
+
+from sandbox import branches, calls, words
+from sandbox.calls import is_collective, op_of
+from sandbox.events import RankTrack
+from sandbox.result import Diagnosis
+
+
+def minority(groups: dict) -> list[int]:
+    """Ranks of the smallest camp; on a tie the camp without the lowest rank."""
+    camps = sorted(groups.values(), key=lambda rs: (len(rs), -min(rs)))
+    return sorted(camps[0])
+
+
+def init_mismatch(tracks) -> Diagnosis | None:
+    seen = {}
+    for t in tracks.values():
+        if t.inits:
+            p = t.inits[-1]
+            seen.setdefault((p.get("endpoint"), p.get("world_size")), []).append(t.rank)
+    if len(seen) < 2:
+        return None
+    # the launcher's endpoint (MASTER_ADDR:MASTER_PORT) is the right one: the others are the culprits
+    launcher = None
+    for t in tracks.values():
+        for p in t.inits:
+            if p.get("MASTER_PORT"):
+                host = p.get("MASTER_ADDR") if p.get("MASTER_ADDR") not in ("localhost",) else "127.0.0.1"
+                launcher = f"{host}:{p['MASTER_PORT']}"
+    culprits = [r for (ep, _), rs in seen.items() if ep != launcher for r in rs] if launcher else []
+    if not culprits or len(culprits) == sum(len(v) for v in seen.values()):
+        culprits = minority(seen)
+    parts = [f"{words.ranks(rs)} at {ep} (world size {ws}, {tracks[rs[0]].inits[-1].get('init_method')})"
+             for (ep, ws), rs in seen.items()]
+    p = tracks[culprits[0]].inits[-1]
+    return Diagnosis(kind="init_mismatch",
+                     cause="The ranks disagree on the rendezvous, so they can never meet: " + "; ".join(parts) +
+                     (f". The launcher's endpoint is {launcher} (MASTER_ADDR:MASTER_PORT);"
+                      f" {words.ranks(culprits)} {'uses' if len(culprits) == 1 else 'use'} another"
+                      f" ({p.get('init_method')} at {p.get('site')})." if launcher else "."),
+                     culprit_ranks=culprits, op="init_process_group", seq=0, site=p.get("site"),
+                     details={"endpoints": {f"{ep} ws={ws}": rs for (ep, ws), rs in seen.items()}, "launcher": launcher})
+
+
+def group_mismatch(tracks, strict: bool) -> Diagnosis | None:
+    hist = {r: [tuple(g["ranks"]) if isinstance(g.get("ranks"), list) else ("all",) for g in t.new_groups
+                if not g.get("local_sync")]  # groups made with use_local_synchronization involve only members
+            for r, t in tracks.items() if t.hello is not None or t.events}
+    if not hist:
+        return None
+    longest = max(len(h) for h in hist.values())
+    for k in range(longest):
+        at = {r: (h[k] if k < len(h) else None) for r, h in hist.items()}
+        camps: dict = {}
+        for r, g in at.items():
+            camps.setdefault(g, []).append(r)
+        if len(camps) < 2:
+            continue
+        if None in camps and not strict and len(camps) == 2:
+            continue  # some ranks simply have not created this group yet
+        culprits = minority(camps)
+        describe = "; ".join(
+            (f"{words.ranks(rs)} created {list(g)}" if g is not None else f"{words.ranks(rs)} never made this call")
+            for g, rs in camps.items())
+        site = next((tracks[r].new_groups[k].get("site") for r in culprits if k < len(tracks[r].new_groups)), None)
+        return Diagnosis(kind="group_mismatch",
+                         cause=words.groups_differ(k + 1, describe) +
+                         " Every rank must call every new_group, with the same ranks, in the same order"
+                         " (group names come from that order), so these groups never connect.",
+                         culprit_ranks=culprits, op="new_group", seq=k + 1, site=site,
+                         details={"index": k + 1, "camps": {str(g): rs for g, rs in camps.items()}})
+    return None
+
+
+def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
+    """Ranks at the same call of the same group, calling different things (anything `calls` says must match)."""
+    buckets: dict = {}
+    for r, p in pend.items():
+        if is_collective(p):
+            buckets.setdefault(calls.slot(p), {})[r] = p
+    # also ranks that already passed this call (a crash ends one side early): use their recorded event
+    for key, members in buckets.items():
+        group = next(iter(members.values())).get("group")
+        for r, t in tracks.items():
+            if r not in members and key in t.by_bucket and t.by_bucket[key].get("group") == group:
+                members[r] = t.by_bucket[key]
+    for (gname, seq), members in sorted(buckets.items(), key=lambda kv: min(p["t"] for p in kv[1].values())):
+        what = calls.disagreements(members, calls.FULL)
+        if not what or "group" in what:
+            continue  # the same call, or different memberships: a group mismatch, named elsewhere
+        camps = calls.camps(members, calls.FULL)
+        culprits = calls.odd_ones(members, calls.FULL)
+        ex = members[culprits[0]]
+        full = "reduce op" in what
+        # splits differ per rank even where they pair up: then each rank says its own
+        said_by = [[r] for r in sorted(members)] if "splits" in what else sorted(camps, key=len, reverse=True)
+        parts = [f"{words.ranks(rs)} {'calls' if len(rs) == 1 else 'call'} {words.signature(members[rs[0]], full)}"
+                 f" at {members[rs[0]].get('site')}" for rs in said_by]
+        branch = rank_branch_of(camps, members, tracks)
+        return Diagnosis(kind="collective_mismatch",
+                         cause=f"Collective mismatch at call #{seq} of group {ex.get('group')}: " + "; ".join(parts) +
+                         f". {_rule(what)}"
+                         + (f" {branch['words']}" if branch else ""),
+                         culprit_ranks=culprits, op=op_of(ex), group=ex.get("group"), seq=seq, site=ex.get("site"),
+                         details={"calls": {str(r): words.call(p) for r, p in sorted(members.items())},
+                                  "differs_in": what,
+                                  **({"branch": {k: v for k, v in branch.items() if k != "words"}} if branch else {})})
+    return None
+
+
+def _rule(what: list[str]) -> str:
+    """What the ranks broke, in words: 'The op/shape must be the same on every rank of the group.'"""
+    same = [f for f in what if f != "splits"]
+    out = [f"The {'/'.join(same)} must be the same on every rank of the group."] if same else []
+    if "splits" in what:
+        out.append("What each rank sends to a peer must be what that peer expects to receive from it (the splits).")
+    return " ".join(out)
+
+
+def rank_branch_of(camps: list[list[int]], members: dict[int, dict], tracks: dict[int, RankTrack]) -> dict | None:
+    """Ranks that disagree at one call, one camp of them having got there through a rank-dependent `if` (read
+    from a hung rank's stack, else from the call's site): that branch, and a sentence saying so."""
+    def branch(r):
+        t = tracks.get(r)
+        frames = (branches.stack_frames(t.stack if t is not None else None)
+                  or branches.site_frame(members[r].get("site")))
+        return branches.rank_branch(frames)
+
+    found = {tuple(rs): branch(rs[0]) for rs in camps}
+    for rs in sorted(camps, key=len):  # the fewest first: usually the ones that took the branch
+        b = found[tuple(rs)]
+        if b is None:
+            continue
+        others = sorted(set(members) - set(rs))
+        other = next((o for k, o in found.items() if k != tuple(rs) and o and o["site"] == b["site"]), None)
+        rest = "took its else" if other and other["taken"] != b["taken"] and b["taken"] == "if" else "skipped it"
+        p = members[rs[0]]
+        b["ranks"] = sorted(rs)
+        b["words"] = (f"{words.ranks(rs).capitalize()} reached {words.signature(p)} at {p.get('site')} "
+                      f"{branches.through(b)}; {words.ranks(others)} {rest}.")
+        return b
+    return None

@@ -1,0 +1,149 @@
+"""Wrapping torch.distributed from the op table (`sandbox.calls.OPS`): every public call of it, and `Work.wait`,
+goes through a wrapper that writes its enter and exit lines (`sandbox.trace.record`). Calls that torch makes from
+inside a traced call (gather_object calling all_gather, ...) are not recorded twice. `install` and `uninstall` are
+symmetric, and `paused` takes the wrappers off for a block.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+from sandbox import calls, events
+from sandbox.trace import inflight, record, sink
+from sandbox.trace.describe import Spec
+
+_installed = False
+_MISSING = object()
+_patched: list[tuple] = []  # (owner, attribute, what was there before, the wrapper put there), in install order
+
+
+def _wrap(spec: Spec, fn):
+    tls = sink.tls  # one object for the life of the process: bound here, not looked up on every call
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        if sink.fd is None or getattr(tls, "depth", 0):
+            return fn(*args, **kwargs)
+        tls.depth = 1
+        try:
+            try:
+                call_id, ev = record.enter(spec, args, kwargs)
+            except Exception as e:  # noqa: BLE001  the tracer must never break the user's call: it runs untraced
+                call_id = ev = None
+                record.tracer_error(spec.name, e)
+            tls.work = None
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as e:
+                if call_id is not None:
+                    record.exit_error(call_id, spec.name, e)
+                raise
+            if call_id is not None:
+                try:
+                    record.returned(spec, call_id, ev, args, kwargs, out)
+                except Exception as e:  # noqa: BLE001  the call worked: our bookkeeping must not make it fail
+                    record.exit_anyway(call_id, spec.name, e)
+            return out
+        finally:
+            tls.depth = 0
+
+    traced.__sandbox_traced__ = fn
+    return traced
+
+
+def _wrap_wait(orig):
+    @functools.wraps(orig)
+    def wait(self, *args, **kwargs):
+        if getattr(sink.tls, "depth", 0):
+            sink.tls.work = self  # a traced synchronous call waiting on its own Work
+            return orig(self, *args, **kwargs)
+        hit = record.outstanding.pop(id(self), None) if sink.fd is not None else None
+        if hit is None or hit[0] is not self:
+            return orig(self, *args, **kwargs)
+        try:
+            call_id = record.enter_wait(hit[1])
+        except Exception as e:  # noqa: BLE001  the tracer must never break the user's wait: it runs untraced
+            call_id = None
+            record.tracer_error("wait", e)
+        sink.tls.depth = 1
+        try:
+            out = orig(self, *args, **kwargs)
+        except BaseException as e:
+            if call_id is not None:
+                record.exit_error(call_id, "wait", e)
+            raise
+        finally:
+            sink.tls.depth = 0
+        if call_id is not None:
+            try:
+                if not inflight.completed(self):
+                    inflight.in_flight(self, call_id, "wait")
+                else:
+                    sink.write(events.exit_line(sink.rank, call_id, "wait", time.time()))
+            except Exception as e:  # noqa: BLE001  the wait worked: our bookkeeping must not make it fail
+                record.exit_anyway(call_id, "wait", e)
+        return out
+
+    wait.__sandbox_traced__ = orig
+    return wait
+
+
+def _patch(owner, attr: str, wrapper) -> None:
+    _patched.append((owner, attr, vars(owner).get(attr, _MISSING), wrapper))
+    setattr(owner, attr, wrapper)
+
+
+def install() -> None:
+    """Wrap torch.distributed's public calls and Work.wait (idempotent). Events are written only once `start`
+    gives a sink. Argument positions are read here, once, from the signatures of the functions wrapped."""
+    global _installed
+    if _installed:
+        return
+    for name, op in calls.OPS.items():
+        fn = getattr(c10d, name, None)
+        if fn is None or hasattr(fn, "__sandbox_traced__"):
+            continue
+        traced = _wrap(Spec(name, op, fn), fn)
+        if getattr(dist, name, None) is fn:
+            _patch(dist, name, traced)
+        _patch(c10d, name, traced)
+    Work = torch._C._distributed_c10d.Work
+    if not hasattr(Work.wait, "__sandbox_traced__"):
+        _patch(Work, "wait", _wrap_wait(Work.wait))
+    _installed = True
+
+
+def uninstall() -> None:
+    """Put back every function `install` replaced (idempotent). An attribute someone else has replaced since is
+    left as they set it: putting ours back would undo their change."""
+    global _installed
+    while _patched:
+        owner, attr, before, wrapper = _patched.pop()
+        if vars(owner).get(attr) is not wrapper:
+            continue
+        if before is _MISSING:
+            delattr(owner, attr)
+        else:
+            setattr(owner, attr, before)
+    _installed = False
+
+
+@contextlib.contextmanager
+def paused():
+    """Inside this block torch.distributed is torch's own again: every wrapper is taken off and nothing is recorded,
+    so a benchmark times PyTorch, not the tracer (`python -m sandbox.bench`). Put back on the way out, as it was."""
+    global _installed
+    was_installed, patched, old_sink = _installed, list(_patched), sink.set_sink(None)
+    uninstall()
+    try:
+        yield
+    finally:
+        for owner, attr, _before, wrapper in patched:  # the same wrappers, so references taken before stay valid
+            _patch(owner, attr, wrapper)
+        _installed = was_installed
+        sink.set_sink(old_sink)

@@ -1,0 +1,168 @@
+"""The enter and exit lines of a call. The enter line is written before the call can block (so it reaches whoever
+reads the file even if the call never returns or the process is killed); the exit line after it returns or raises.
+The static part of an enter line (everything but id, time and seq) is cached by what it depends on, so a loop of
+the same call costs a dictionary lookup and one write.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from sandbox import calls, events
+from sandbox.trace import describe, inflight, sink
+
+# the static part of an enter event, as a JSON fragment, keyed by what it depends on: op, call site, and the
+# arguments' shapes/dtypes/devices/groups. Cleared whenever groups change.
+static_cache: dict[tuple, tuple] = {}
+_STATIC_MAX = 4096
+_seq: dict[str, int] = {}
+outstanding: dict[int, tuple] = {}  # id(Work) -> (Work, the fields of its call): asynchronous calls not waited on
+_MAX_OUTSTANDING = 10000
+
+
+def _key(v):
+    """A hashable summary of an argument, as far as the event depends on it."""
+    if isinstance(v, torch.Tensor):
+        return (v.shape, v.dtype, v.device)
+    if isinstance(v, (list, tuple)):
+        return tuple([_key(x) for x in v])  # a list comprehension: faster than a generator here
+    if v is None or isinstance(v, (int, float, str, bool)):
+        return v
+    try:
+        hash(v)
+        return (type(v), v) if not isinstance(v, dist.ProcessGroup) else ("pg", id(v))
+    except TypeError:
+        return ("obj", id(v))
+
+
+def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | None]:
+    """Write the enter event of a call. Returns its id, and for an asynchronous call its fields (its Work's
+    `wait` repeats them). Writing the line is the last thing it does."""
+    frame = describe.user_frame(2)
+    code = frame.f_code if frame is not None else None
+    hit = key = None
+    if spec.cacheable:
+        # the call site by the id of its code object (hashing the code itself costs more than the rest of the key);
+        # the cached entry holds the code object, so that id cannot be reused while the entry exists
+        key = (spec.name, id(code), frame.f_lineno if frame is not None else None, tuple([_key(a) for a in args]),
+               _key(tuple(kwargs.items())) if kwargs else None)
+        hit = static_cache.get(key)
+    if hit is None:
+        static = describe.describe(spec, args, kwargs, frame)
+        hit = (events.fragment(static), static.get("gname", "?"), static, code)
+        if key is not None:
+            if len(static_cache) >= _STATIC_MAX:
+                static_cache.clear()
+            static_cache[key] = hit
+    frag, gname, static, _ = hit
+    kind = spec.kind
+    with sink.lock:
+        call_id = next(sink.ids)
+        if kind == "coll":
+            seq = _seq[gname] = _seq.get(gname, 0) + 1
+        else:
+            seq = 0 if kind == "init" else None  # init opens the world group's sequence
+        os.write(sink.fd, events.enter_line(sink.rank, call_id, time.time(), frag, seq))  # the hot path: no call more
+    if not static.get("async"):
+        return call_id, None
+    ev = {**static, "id": call_id}
+    if seq is not None:
+        ev["seq"] = seq
+    return call_id, ev
+
+
+def enter_wait(of: dict) -> int:
+    """Write the enter event of a `wait` on the Work of the asynchronous call `of`; returns its id. It carries
+    what must match of `of` (`calls.MATCH_FIELDS`), so a rank waiting is compared like a rank inside the call."""
+    where, func = describe.site(describe.user_frame(2))
+    ev = {"ev": "enter", "rank": sink.rank, "id": None, "op": "wait", "of": of["op"], "of_id": of["id"],
+          "site": where, "func": func}
+    if "idx" in of:
+        ev["of_idx"] = of["idx"]
+    for k in ("peer", "sig", *calls.MATCH_FIELDS):
+        if k in of:
+            ev[k] = of[k]
+    with sink.lock:
+        ev["id"] = call_id = next(sink.ids)
+        ev["t"] = time.time()
+        sink.write(events.encode(ev))
+    return call_id
+
+
+def _remember_work(work, ev) -> None:
+    if len(outstanding) >= _MAX_OUTSTANDING:  # never waited on: forget the oldest rather than grow forever
+        outstanding.pop(next(iter(outstanding)))
+    outstanding[id(work)] = (work, ev)
+
+
+def returned(spec: describe.Spec, call_id: int, ev: dict | None, args: tuple, kwargs: dict, out) -> None:
+    """The tracer's bookkeeping after a call returned. Writing its exit line is the last thing it does."""
+    name, kind = spec.name, spec.kind
+    if kind in ("init", "new_group", "local"):
+        static_cache.clear()  # groups changed: cached group names may be stale
+        if name == "destroy_process_group":
+            forget_groups()
+        done = {"ev": "exit", "rank": sink.rank, "id": call_id, "op": name}
+        if kind == "init":
+            done["world_size"] = dist.get_world_size()
+            done["group"] = list(range(done["world_size"]))
+        elif kind == "new_group":
+            info = describe.group_info(out) if out is not None else None
+            done["gname"], done["group"] = info if info else (None, None)
+        sink.emit(done)
+        return
+    if ev is not None and out is not None:  # asynchronous: its Works are recorded when waited on
+        works = out if isinstance(out, list) else [out]
+        for i, w in enumerate(works):
+            sub = dict(ev)
+            if name == "batch_isend_irecv" and i < len(ev.get("p2p", [])):
+                sub["op"] = ev["p2p"][i]["op"]
+                sub["peer"] = ev["p2p"][i]["peer"]
+                sub["idx"] = i
+            _remember_work(w, sub)
+    w, sink.tls.work = sink.tls.work, None  # the Work a synchronous call waited on (NCCL: returns early)
+    if w is None and spec.op.data is not None and inflight.on_cuda(spec.arg(args, kwargs, spec.op.data)):
+        w = inflight.StreamMark()  # NCCL synced at C++ level: the stream says when it is really done
+    if w is not None and not inflight.completed(w):
+        inflight.in_flight(w, call_id, name)
+    elif spec.op.objects:
+        sink.emit({"ev": "exit", "rank": sink.rank, "id": call_id, "op": name,
+                   **describe.object_devices(spec, args, kwargs)})
+    else:
+        os.write(sink.fd, events.exit_line(sink.rank, call_id, name, time.time()))
+
+
+def exit_anyway(call_id: int, op: str, e: Exception) -> None:
+    """The call returned but the tracer's bookkeeping of it failed: write its exit all the same (without it the
+    rank would look inside the call forever, a false hang), then say what failed."""
+    try:
+        sink.write(events.exit_line(sink.rank, call_id, op, time.time()))
+        sink.emit({"ev": "tracer_error", "rank": sink.rank, "id": call_id, "op": op, "error": repr(e)[:2000]})
+    except Exception:  # noqa: BLE001  the trace file cannot be written at all: nothing more to record; the call worked
+        pass
+
+
+def exit_error(call_id: int, op: str, e: BaseException) -> None:
+    try:
+        sink.emit({"ev": "exit", "rank": sink.rank, "id": call_id, "op": op, "error": f"{type(e).__name__}: {e}"[:2000]})
+    except Exception:  # noqa: BLE001  the trace file cannot be written: the user's own error matters more than ours
+        pass
+
+
+def tracer_error(op: str, e: Exception) -> None:
+    try:
+        sink.emit({"ev": "tracer_error", "rank": sink.rank, "op": op, "error": repr(e)[:2000]})
+    except Exception:  # noqa: BLE001  the trace file cannot be written: the call runs untraced all the same
+        pass
+
+
+def forget_groups() -> None:
+    """Drop every reference the tracer holds to process groups and their Works, so a destroyed group is freed
+    now and not during interpreter shutdown (where gloo's threads would be torn down in the wrong order)."""
+    describe.groups.clear()
+    outstanding.clear()
+    inflight.pending.clear()
+    static_cache.clear()
