@@ -1,15 +1,19 @@
-"""What one run of N ranks came to, as plain data. `RunResult.to_dict()` is the JSON contract that docs, labs and
-tools read (the README lists its fields): fields may be added, none renamed."""
+"""What one run of N ranks came to, as plain frozen data. `RunResult.to_dict()` is the JSON contract that docs, labs
+and tools read (the README lists its fields): fields may be added, none renamed.
+
+Nothing here draws a result: `sandbox.report` does (one model, drawn as plain text, in the terminal and as HTML). A
+result only reaches for it, inside a method, when Python or Jupyter asks it to show itself."""
 from __future__ import annotations
 
 import io
 import pickle
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from sandbox import htmlview, words
+from sandbox import _paths, words
 from sandbox.events import RankTrack
 
 class _Words(str, Enum):
@@ -80,17 +84,51 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-@dataclass
+_FRAME = re.compile(r'\s+File "(.+)", line \d+ in \S+')
+
+
+def user_stack(stack: str | None) -> str | None:
+    """A faulthandler dump with the frames a user did not write left out: the sandbox's plumbing (the tracer's
+    wrapper, the rank runner, the zygote, runpy) and torch's own, the rule call sites and stack tops follow. A thread
+    with none of the user's frames (a sandbox thread) goes whole; the standard library's frames stay in the threads
+    that keep theirs (a user's `queue.get` says where it waits). A dump with no user frame at all (the sandbox
+    itself hung) is kept as it is: it is all there is to go on."""
+    if not stack:
+        return stack
+    threads: list[list[str]] = []
+    for line in stack.splitlines():
+        if not threads or (line and not line[0].isspace()):  # "Current thread 0x... (most recent call first):"
+            threads.append([])
+        threads[-1].append(line)
+    kept, any_user = [], False
+    for lines in threads:
+        frames = [(line, m.group(1)) for line in lines if (m := _FRAME.match(line))]
+        mine = [path for _, path in frames if not (_paths.is_plumbing(path) or _paths.is_stdlib(path))]
+        if frames and not mine:
+            continue
+        any_user = any_user or bool(mine)
+        drop = {line for line, path in frames if _paths.is_plumbing(path)}
+        kept += [line for line in lines if line not in drop]
+    if not any_user:
+        return stack
+    return "\n".join(kept) + ("\n" if stack.endswith("\n") else "")
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankResult:
+    """How one rank ended. `outcome` is an `Outcome` (a string given here is checked and turned into one)."""
     rank: int
-    outcome: str
+    outcome: Outcome
     exit_code: int | None = None
     pending: dict | None = None   # the call it was inside: op, group, seq, site, func, call (in words), since, peer
     error: dict | None = None     # type, message, traceback, site (or type "exit" with the exit status in words)
     output: str = ""
-    stack: str | None = None      # its Python stack (faulthandler) when the sandbox ended it
+    stack: str | None = None      # its Python stack (faulthandler, the user's frames) when the sandbox ended it
     pid: int | None = None
     value_bytes: bytes | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", Outcome(self.outcome))  # frozen: the one way to normalise a field
 
     @property
     def value(self) -> Any:
@@ -101,7 +139,12 @@ class RankResult:
 
     @classmethod
     def from_track(cls, t: RankTrack, outcome: str, output: str = "", value: bytes | None = None) -> "RankResult":
-        p = t.pending if outcome in ("hung", "stopped", "crashed", "error") else None
+        p = t.pending if outcome in (Outcome.HUNG, Outcome.STOPPED, Outcome.CRASHED, Outcome.ERROR) else None
+        err = t.error
+        if p is None and outcome == Outcome.HUNG and t.failed_call is not None:
+            # its stuck call raised only as the sandbox ended a peer (ranks are ended one after another): it was
+            # hung in that call, and the error is the teardown's, not the run's
+            p, err = t.failed_call, None
         pending = None
         if p is not None:
             pending = {"op": p["op"] if p["op"] != "wait" else p.get("of"), "group": p.get("group"),
@@ -112,41 +155,20 @@ class RankResult:
         code = t.exit_code
         if code is None and t.end is not None and t.end.get("outcome") == "exit":
             code = t.end.get("exit_code")  # offline: sys.exit(N) as the rank's own trace recorded it
-        err = t.error
-        if err is None and outcome == "crashed" and code is not None:
+        if err is None and outcome == Outcome.CRASHED and code is not None:
             err = {"type": "exit", "message": words.exit_words(code)}
         return cls(rank=t.rank, outcome=outcome, exit_code=code, pending=pending, error=err, output=output,
-                   stack=t.stack, pid=t.pid, value_bytes=value)
-
-    def pending_words(self) -> str:
-        """The call it was inside, short: 'all_reduce #3 on [0, 1]', 'send peer 1'."""
-        p = self.pending
-        if not p:
-            return "" if self.outcome == "ok" else "-"
-        text = f"{p['op']}" + (f" #{p['seq']}" if p.get("seq") else "")
-        if p.get("peer") is not None:
-            text += f" peer {p['peer']}"
-        elif p.get("group"):
-            g = p["group"]
-            text += f" on {g if len(g) <= 8 else f'[{g[0]}..{g[-1]}] ({len(g)} ranks)'}"
-        return text
-
-    def site(self) -> str:
-        """Where it was: the pending call's site, else where its error was raised."""
-        if self.pending:
-            return self.pending.get("site") or ""
-        if self.error and self.error.get("site"):
-            return self.error["site"]
-        return ""
+                   stack=user_stack(t.stack), pid=t.pid, value_bytes=value)
 
     def to_dict(self) -> dict:
-        return {"rank": self.rank, "outcome": self.outcome, "exit_code": self.exit_code, "pending": self.pending,
+        return {"rank": self.rank, "outcome": str(self.outcome), "exit_code": self.exit_code, "pending": self.pending,
                 "error": self.error, "pid": self.pid, "stack": self.stack, "output": self.output}
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class RunResult:
-    verdict: str
+    """What the run came to. `verdict` is a `Verdict` (a string given here is checked and turned into one)."""
+    verdict: Verdict
     world_size: int
     wall_s: float | None
     diagnosis: Diagnosis
@@ -157,9 +179,12 @@ class RunResult:
     ended_at: float | None = None  # time.time() when the run ended (or was ended by the sandbox)
     warnings: list = field(default_factory=list)  # sandbox.contracts.ContractWarning: contracts broken, any verdict
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", Verdict(self.verdict))  # frozen: the one way to normalise a field
+
     @property
     def ok(self) -> bool:
-        return self.verdict == "ok"
+        return self.verdict == Verdict.OK
 
     @property
     def values(self) -> list:
@@ -171,7 +196,7 @@ class RunResult:
         return [r.output for r in self.ranks]
 
     def to_dict(self, events: bool = False) -> dict:
-        d = {"verdict": self.verdict, "world_size": self.world_size,
+        d = {"verdict": str(self.verdict), "world_size": self.world_size,
              "wall_s": round(self.wall_s, 3) if self.wall_s is not None else None,
              "diagnosis": self.diagnosis.to_dict(), "ranks": [r.to_dict() for r in self.ranks],
              "warnings": [w.to_dict() for w in self.warnings]}
@@ -187,28 +212,21 @@ class RunResult:
         """'HANG [p2p_cycle]: 2 ranks in 1.31 s'."""
         wall = f" in {self.wall_s:.2f} s" if self.wall_s is not None else ""
         kind = f" [{self.diagnosis.kind}]" if self.diagnosis.kind != "none" else ""
-        return f"{self.verdict.upper()}{kind}: {self.world_size} ranks{wall}"
+        return f"{str(self.verdict).upper()}{kind}: {self.world_size} ranks{wall}"
 
+    # Drawing is `sandbox.report`'s job; these are the hooks Python, IPython and Jupyter call to show a result, so
+    # each imports the renderer when asked (never when a result is built: the data does not depend on its drawing).
     def text(self, logs: bool = False) -> str:
-        """The report as plain text: the headline, a table of ranks, the diagnosis (and every rank's output)."""
-        lines = [self.headline(), ""]
-        w = max([len(r.pending_words()) for r in self.ranks] + [len("pending call")])
-        lines.append(f"{'rank':>4}  {'outcome':8}  {'pending call':{w}}  site")
-        for r in self.ranks:
-            lines.append(f"{r.rank:>4}  {r.outcome:8}  {r.pending_words():{w}}  {r.site()}")
-        lines += ["", self.diagnosis.summary]
-        for w in self.warnings:
-            lines += ["", f"Warning [{w.kind}]: {w.summary}", f"  Rule: {w.rule}"]
-        if logs:
-            for r in self.ranks:
-                lines += [f"[rank {r.rank}] {line}" for line in r.output.splitlines()]
-        return "\n".join(lines)
+        """The report as plain text (`sandbox.report.text`): the headline, the diagnosis, the table of ranks."""
+        from sandbox.report import text
+        return text.render(self, logs=logs)
 
     def __str__(self) -> str:
         return self.text()
 
-    def _repr_pretty_(self, p, cycle) -> None:  # IPython / Jupyter
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython
         p.text(str(self))
 
     def _repr_html_(self) -> str:  # Jupyter, and the docs site's rendered notebooks
-        return htmlview.run_result(self)
+        from sandbox.report import html
+        return html.run_result(self)
