@@ -8,7 +8,7 @@
                                                                                           goal: sandbox >= 3x faster
 3. scaling:   the sandbox with 8 ranks vs 4 ranks                                         goal: <= 1.3x
 4. tracer:    per-call time of a loop of small all_reduces (2 ranks), traced (the sandbox's tracer, as installed)
-              vs untraced (the same ranks calling the original functions the tracer wrapped, `__sandbox_traced__`);
+              vs untraced (the same ranks calling torch's own functions, inside `sandbox.trace.paused()`);
               both loops run in the same ranks, in segments of mirrored order     goal: <= 1.10x
               (for reference: traced with the trace sent to /dev/null, i.e. the ranks' own cost without the
               watcher reading the events; and the same loop in a plain-python torchrun run)
@@ -20,6 +20,12 @@
 7. provable deadlocks: the traces prove no rank can move, so the verdict need not wait `--hang-after` (1 s here):
               the send/send cycle of part 5, and a collective mismatch (examples/mismatch.py, 4 ranks), measured
               as part 5 is, from the last rank blocking to detection                      goal: <= 0.2 s
+8. training script: a 3-step DDP script (tiny model, SGD, a DataLoader with a DistributedSampler, backward, step,
+              torch.save) as `python -m sandbox.run -n 4`, the whole subprocess, vs the same script as one plain
+              process (world size 1); both in every repeat                                goal: <= 1.15x
+              (the zygote imports what such a script imports lazily once, before the fork; for reference, the
+              same with SANDBOX_PRELOAD=0, each rank importing it on its own; a run that hangs is stopped after
+              30 s and counted as failed)
 Each repeat runs every measurement once, in an order rotated from repeat to repeat, so the noise of this machine
 hits all of them alike. The script always exits 0: it is a report, not a test.
 """
@@ -80,58 +86,84 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"percall-{{d
 dist.destroy_process_group()
 """
 
+# part 8: a small, typical training script (the one tests/test_startup.py measures)
+DDP_JOB = """\
+import os
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = TensorDataset(torch.randn(64, 16), torch.randn(64, 1))
+for step, (x, y) in enumerate(DataLoader(data, batch_size=8, sampler=DistributedSampler(data))):
+    loss = nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step == 2:
+        break
+if dist.get_rank() == 0:
+    torch.save(model.module.state_dict(), os.path.join(os.path.dirname(os.path.abspath(__file__)), "ckpt.pt"))
+dist.destroy_process_group()
+"""
+
 
 # ------------------------------------------------------------------------------------------------ rank functions
 # Run by sandbox.launcher: the ranks import this file (as __sandbox_main__), so these live at module level and the
 # module's top level imports nothing heavy.
 
 def _loop_rank(calls: int, numel: int, warmup: int, traced_first: bool) -> dict:
-    """Per-call time of all_reduces in this rank (init done by the sandbox): traced, untraced, and traced with the
-    trace written to /dev/null (the rank's own cost of tracing, without the watcher reading the events).
+    """Per-call time of all_reduces in this rank (init done by the sandbox): traced, untraced (inside
+    `trace.paused()`: torch's own functions, nothing recorded), and traced with the trace written to /dev/null (the
+    rank's own cost of tracing, without the watcher reading the events).
 
     The modes run in segments of calls/2 in a mirrored order (A B C C B A), so a drift in the machine's speed
     during the run hits every mode alike; `traced_first` swaps traced and untraced from one repeat to the next.
     """
+    import contextlib
+
     import torch
     import torch.distributed as dist
     from sandbox import trace
 
-    Work = torch._C._distributed_c10d.Work
-    traced_ar, traced_wait = dist.all_reduce, Work.wait
-    plain_ar = getattr(traced_ar, "__sandbox_traced__", traced_ar)
-    plain_wait = getattr(traced_wait, "__sandbox_traced__", traced_wait)
+    traced_ar = dist.all_reduce
+    with trace.paused():
+        was_traced = dist.all_reduce is not traced_ar  # paused, it is torch's own: it differs if it was wrapped
     t = torch.ones(numel)
     seg = max(1, calls // 2)
 
     def timed(mode: str) -> float:
-        ar = plain_ar if mode == "untraced" else traced_ar
-        Work.wait = plain_wait if mode == "untraced" else traced_wait  # the tracer's Work.wait hook, off untraced
+        with trace.paused():
+            dist.all_reduce(t)  # line both ranks up at the start of the segment (not timed, not traced)
         null = os.open(os.devnull, os.O_WRONLY) if mode == "devnull" else None
         sink = trace.set_sink(null) if null is not None else None
         try:
-            plain_ar(t)  # line both ranks up at the start of the segment (not timed, not traced)
-            t0 = time.perf_counter()
-            for _ in range(seg):
-                ar(t)
-            return time.perf_counter() - t0
+            with trace.paused() if mode == "untraced" else contextlib.nullcontext():
+                ar = dist.all_reduce
+                t0 = time.perf_counter()
+                for _ in range(seg):
+                    ar(t)
+                return time.perf_counter() - t0
         finally:
-            Work.wait = traced_wait
             if null is not None:
                 trace.set_sink(sink)
                 os.close(null)
 
-    Work.wait = plain_wait
-    try:
+    with trace.paused():
         for _ in range(warmup):
-            plain_ar(t)
-    finally:
-        Work.wait = traced_wait
+            dist.all_reduce(t)
     modes = ["traced", "untraced", "devnull"] if traced_first else ["untraced", "traced", "devnull"]
     total = dict.fromkeys(modes, 0.0)
     for mode in modes + modes[::-1]:
         total[mode] += timed(mode)
     out = {mode: v / (2 * seg) for mode, v in total.items()}
-    out["was_traced"] = hasattr(traced_ar, "__sandbox_traced__")
+    out["was_traced"] = was_traced
     return out
 
 
@@ -160,11 +192,12 @@ def _env() -> dict:
     return env
 
 
-def _run(cmd: list[str], cwd: str, timeout: float = SUBPROCESS_TIMEOUT) -> tuple[float, str]:
+def _run(cmd: list[str], cwd: str, timeout: float = SUBPROCESS_TIMEOUT,
+         env: dict | None = None) -> tuple[float, str]:
     """Wall clock of a subprocess (its own session, so on timeout all it started is ended), and its stdout."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, start_new_session=True)
+    p = subprocess.Popen(cmd, cwd=cwd, env=dict(_env(), **(env or {})), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -240,6 +273,9 @@ def main(argv=None) -> int:
             f.write(TRIVIAL_JOB)
         with open(loop_job, "w") as f:
             f.write(LOOP_JOB)
+        ddp_job = os.path.join(tmp, "ddp_job.py")
+        with open(ddp_job, "w") as f:
+            f.write(DDP_JOB)
 
         def import_torch():
             record("import_torch", _run([PY, "-c", "import torch"], tmp)[0])
@@ -319,16 +355,31 @@ def main(argv=None) -> int:
         def repro_list():
             record("repro_list", _run([PY, "-m", "sandbox.repro", "--list"], REPO)[0])
 
+        def ddp_plain():  # one process, torchrun's variables for a world of one
+            record("ddp_plain", _run([PY, ddp_job], tmp, env={"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                                                               "MASTER_ADDR": "127.0.0.1",
+                                                               "MASTER_PORT": str(_free_port())})[0])
+
+        def ddp_sandbox():
+            record("ddp_sandbox_4", _run([PY, "-m", "sandbox.run", "-n", "4", "--timeout", "30", ddp_job], REPO)[0])
+
+        def ddp_sandbox_preload():
+            record("ddp_preload_4", _run([PY, "-m", "sandbox.run", "-n", "4", "--timeout", "30", ddp_job], REPO,
+                                         env={"SANDBOX_PRELOAD": "0"})[0])
+
         tasks = [("import torch", import_torch), ("sandbox -n 4", sandbox_n(4)), ("sandbox -n 8", sandbox_n(8)),
                  ("torchrun 4", torchrun_4), ("tracer loop", tracer_loop), ("torchrun loop", torchrun_loop),
-                 ("hang", hang), ("repro --list", repro_list), ("mismatch", mismatch)]
+                 ("hang", hang), ("repro --list", repro_list), ("mismatch", mismatch),
+                 ("ddp plain", ddp_plain), ("ddp sandbox -n 4", ddp_sandbox),
+                 ("ddp sandbox -n 4, no preload", ddp_sandbox_preload)]
 
         print(f"sandbox {sandbox.__version__} at {REPO}; python {sys.version.split()[0]}; {os.cpu_count()} CPUs;"
               f" load {os.getloadavg()[0]:.2f}; {K} repeats", flush=True)
         # warm-up, not counted: page cache for torch's files, __pycache__ of the job scripts
         for name, cmd, cwd in (("import torch", [PY, "-c", "import torch"], tmp),
                                ("sandbox -n 2", [PY, "-m", "sandbox.run", "-n", "2", job], REPO),
-                               ("repro --list", [PY, "-m", "sandbox.repro", "--list"], REPO)):
+                               ("repro --list", [PY, "-m", "sandbox.repro", "--list"], REPO),
+                               ("ddp plain", [PY, "-c", "import torch._dynamo"], tmp)):
             try:
                 _run(cmd, cwd)
             except Failed as e:
@@ -387,6 +438,11 @@ def main(argv=None) -> int:
         "<= 0.2 s", None if g("mismatch_detect") is None else g("mismatch_detect") <= 0.2)
     row("   collective mismatch: last block -> returned", g("mismatch_return"), _secs, "", None, None,
         "", None)
+    r8 = ratio(g("ddp_sandbox_4"), g("ddp_plain"))
+    row("8. DDP script, sandbox.run -n 4", g("ddp_sandbox_4"), _secs, "one plain process", g("ddp_plain"), r8,
+        "<= 1.15x", None if r8 is None else r8 <= 1.15)
+    row("   (ref) the same, SANDBOX_PRELOAD=0", g("ddp_preload_4"), _secs, "one plain process", g("ddp_plain"),
+        ratio(g("ddp_preload_4"), g("ddp_plain")), "", None)
 
     head = ("measure", "median", "baseline", "median", "ratio", "goal", "")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
@@ -402,13 +458,18 @@ def main(argv=None) -> int:
               "loop_devnull": "loop /dev/null", "loop_torchrun": "loop torchrun", "hang_detect": "hang detect",
               "hang_return": "hang return", "hang_wall": "hang launch wall", "repro_list": "repro --list",
               "mismatch_detect": "mismatch detect", "mismatch_return": "mismatch return",
-              "mismatch_wall": "mismatch wall"}
+              "mismatch_wall": "mismatch wall", "ddp_plain": "ddp plain", "ddp_sandbox_4": "ddp sandbox -n 4",
+              "ddp_preload_4": "ddp preload -n 4"}
     for key, label in labels.items():
         vs = samples.get(key)
         if not vs:
             continue
         scale = 1e6 if key.startswith("loop_") else 1.0
         print(f"  {label:<17} " + " ".join(_sig(v * scale) for v in vs))
+    pairs = list(zip(samples.get("ddp_sandbox_4", []), samples.get("ddp_plain", [])))
+    # each repeat's own ratio: both ran in it, under the same load
+    if pairs and len(samples["ddp_sandbox_4"]) == len(samples["ddp_plain"]):
+        print("  ddp ratio, each repeat: " + " ".join(f"{_sig(a / b)}x" for a, b in pairs if b))
     if g("hang_return") is not None and g("hang_detect") is not None:
         print(f"  hang: {_secs(g('hang_return') - g('hang_detect'))} from detection to launch() returning"
               " (stacks, kill, reap, diagnosis)")

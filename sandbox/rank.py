@@ -98,7 +98,7 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a fatal signal leaves its Python stack in the log
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     trace.start(os.path.join(run_dir, f"rank-{rank}.jsonl"), rank, world_size=ws, local_rank=rank)
-    code = _run(spec, rank)
+    code = run_target(spec, rank)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -106,7 +106,16 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
         os._exit(code)
 
 
-def _run(spec: dict, rank: int) -> int:
+# A script's globals live until the rank exits (os._exit), as a program's do until its interpreter ends: dropped
+# one by one when runpy returns, they ran gloo's destructors (a DDP model's last reference to its group) while the
+# group's worker thread still needed the GIL, and with torch._dynamo imported before the fork some ranks hung there.
+_KEPT: list = []
+
+
+def run_target(spec: dict, rank: int) -> int:
+    """Run the rank's target (spec["target"]: a function, a script or a module) as the user's program, record how
+    it ended with `trace.finish`, run the atexit handlers, and return the exit code. A script or module target
+    needs nothing else of `spec`; `python -m sandbox.trace` (the torchrun entry) runs its target here too."""
     import torch
     import torch.distributed as dist
 
@@ -126,11 +135,11 @@ def _run(spec: dict, rank: int) -> int:
         elif target["kind"] == "script":
             sys.argv = [target["path"]] + list(target["argv"])
             sys.path.insert(0, os.path.dirname(os.path.abspath(target["path"])))
-            runpy.run_path(target["path"], run_name="__main__")
+            _KEPT.append(runpy.run_path(target["path"], run_name="__main__"))
         else:
             sys.argv = [target["name"]] + list(target["argv"])
             sys.path.insert(0, os.getcwd())
-            runpy.run_module(target["name"], run_name="__main__", alter_sys=True)
+            _KEPT.append(runpy.run_module(target["name"], run_name="__main__", alter_sys=True))
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, (int, type(None))):

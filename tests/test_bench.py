@@ -78,7 +78,7 @@ def _fake_points(n):
     for op in bench.OPS:
         for size in ((0,) if op == "barrier" else (4, 64 * 1024)):
             t = 1e-4 + size * 1e-9
-            pts.append(bench._point(op, n, bench.real_size(op, size, n) if size else 0, [t, 2 * t, 3 * t], "gloo"))
+            pts.append(bench.point(op, n, bench.real_size(op, size, n) if size else 0, [t, 2 * t, 3 * t], "gloo"))
     return pts
 
 
@@ -117,7 +117,7 @@ def test_advice_run(clean):
 
 
 def test_alpha_beta_recovers_a_model():
-    pts = [bench._point("all_reduce", 2, s, [50e-6 + s / 2e9], "gloo") for s in (4, 65536, 4 << 20, 64 << 20)]
+    pts = [bench.point("all_reduce", 2, s, [50e-6 + s / 2e9], "gloo") for s in (4, 65536, 4 << 20, 64 << 20)]
     (f,) = bench.alpha_beta(pts)
     assert f["alpha_s"] == pytest.approx(50e-6, rel=1e-6)
     assert f["beta_GBps"] == pytest.approx(2.0, rel=1e-6)

@@ -51,3 +51,27 @@ def test_warm_zygote_dies_with_the_kernel(clean):
         leftovers(grace=0)  # reaps what was re-parented to this test process
         time.sleep(0.05)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _has_preload():
+    import sys
+    return "".join(["torch.", "_dyn", "amo"]) in sys.modules  # in pieces: written out, it would ask for the preload
+
+
+def test_a_warm_zygote_preloads_when_idle(clean, monkeypatch):
+    """Later runs fork with `_zygote.PRELOAD` in place, whatever they run: the warm zygote imported it while idle
+    (after forking the first run, which it was asked for as it started). The function goes by value and names the
+    module in pieces, so nothing in it asks for the preload itself: the first run shows it."""
+    from sandbox import _zygote
+
+    assert _zygote.PRELOAD == ("torch._dynamo",)
+    monkeypatch.setenv(_zygote.PRELOAD_ENV, "1")  # the warm zygote, started below, inherits it
+    warm.shutdown()  # one started earlier without it would not preload
+    fn = lambda: _has_preload()  # noqa: E731  a lambda travels by value
+    try:
+        first = launch(fn, world_size=2, warm=True)
+        later = launch(fn, world_size=2, warm=True)
+        assert first.values == [False, False], first.diagnosis.summary
+        assert later.values == [True, True], later.diagnosis.summary
+    finally:
+        warm.shutdown()

@@ -1,0 +1,69 @@
+"""A run's last step: read what the ranks left (logs, stack dumps, return values) and build the frozen result, by
+keyword, with the verdict `sandbox.policy.judge` gives. A zygote that could not start the ranks makes the run an
+error whatever the ranks' tracks say."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+from sandbox import events, policy
+from sandbox._run.watch import INTERRUPTED
+from sandbox.result import Diagnosis, RankResult, RunResult
+
+LOG_CAP = 1 << 20           # the most of a rank's log a result carries (its tail)
+
+
+class Assembling:
+    """The assemble step of `sandbox._run.Run`."""
+
+    def _read(self, name: str, cap: int = LOG_CAP, skip: int = 0) -> str:
+        text = events.read_text(os.path.join(self.dir, name), cap)
+        return text[skip:] if skip else text  # stack dumps are ASCII: bytes and characters line up
+
+    def _note_early_death(self) -> None:
+        """Ranks that never reported an exit, a zygote that never said done, nobody stopped them: the zygote died."""
+        lost = [t.rank for t in self.tracks.values() if t.exit_code is None and not t.ended_by_sandbox]
+        if self.fatal is None and self.stopped_for is None and lost and not self.zygote_done:
+            zlog = self._read("zygote.log", 4000).strip().splitlines()
+            last = zlog[-1] if zlog else "no message"
+            self.fatal = {"fatal": f"the process that starts the ranks died early ({last})",
+                          "traceback": "\n".join(zlog[-40:])}
+
+    def _rank_results(self, outcomes: dict) -> list[RankResult]:
+        zlog = None
+        ranks = []
+        for r, t in sorted(self.tracks.items()):
+            value = None
+            path = os.path.join(self.dir, f"result-{r}.pkl")
+            if outcomes[r] == "ok" and os.path.exists(path):
+                with open(path, "rb") as f:
+                    value = f.read()
+            output = self._read(f"rank-{r}.log")
+            if not output and t.hello is None and t.exit_code not in (None, 0):
+                # it failed before it could open its own log: what it said went to the zygote's
+                zlog = self._read("zygote.log") if zlog is None else zlog
+                output = zlog
+            ranks.append(RankResult.from_track(t, outcomes[r], output, value))
+        if self.fatal is not None and self.stopped_for != INTERRUPTED:
+            zlog = self._read("zygote.log") if zlog is None else zlog
+            ranks = [dataclasses.replace(rr, error={"type": "start", "message": self.fatal["fatal"]},
+                                         output=rr.output or zlog) for rr in ranks]
+        return ranks
+
+    def _assemble(self, wall: float) -> RunResult:
+        self._pump(0)
+        self._note_early_death()
+        for t in self.tracks.values():
+            t.stack = self._read(f"stack-{t.rank}.txt", skip=self.stack_from.get(t.rank, 0)) or None
+        j = policy.judge(self.tracks, self.stopped_for, timeout=self.settings.timeout, blocked_s=self.detect_s)
+        verdict, diag = j.verdict, j.diagnosis
+        if self.fatal is not None and self.stopped_for != INTERRUPTED:
+            verdict = "error"
+            diag = Diagnosis(kind="rank_error", cause=f"The ranks could not start: {self.fatal['fatal']}",
+                             details={"traceback": self.fatal.get("traceback")})
+        evs = sorted((e for t in self.tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
+        return RunResult(verdict=verdict, world_size=self.n, wall_s=wall, diagnosis=diag,
+                         ranks=self._rank_results(j.outcomes), events=evs,
+                         run_dir=None if self.owns_dir else self.dir, pgid=self.proc.pid if self.proc else None,
+                         ended_at=self.ended_at or time.time(), warnings=j.warnings)

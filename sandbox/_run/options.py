@@ -1,0 +1,53 @@
+"""What a run accepts, checked before anything starts: the errors a caller sees (`UsageError`, `Interrupted`), the
+options' bounds, and the trace directory. Torch-free, like the rest of the engine."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+
+MAX_WORLD_SIZE = 128
+# the files a run writes into its directory: a fresh run removes stale ones, which would be read as its own
+RUN_FILE = re.compile(r"(rank-\d+\.(jsonl|log)|stack-\d+\.txt|result-\d+\.pkl|zygote\.log|spec\.pkl|meta\.json)")
+
+
+class UsageError(ValueError):
+    """Bad input from the user: the CLI prints it as one sentence and exits 2."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised by `launch` after it cleaned up on Ctrl-C or SIGTERM; `.result` tells where every rank was,
+    `.signal` which signal ended it."""
+
+    def __init__(self, result, signum: int = signal.SIGINT):
+        super().__init__("interrupted")
+        self.result = result
+        self.signal = signum
+
+
+def check(world_size, hang_after, timeout, pg_timeout, env) -> None:
+    """One sentence (UsageError) for the first option out of bounds."""
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise UsageError(f"the number of ranks must be a whole number of at least 1, not {world_size!r}.")
+    if world_size > MAX_WORLD_SIZE:
+        raise UsageError(f"{world_size} ranks is more than this sandbox runs on one machine"
+                         f" (at most {MAX_WORLD_SIZE}).")
+    for name, v in (("hang_after", hang_after), ("timeout", timeout), ("pg_timeout", pg_timeout)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            raise UsageError(f"{name} must be a positive number of seconds, not {v!r}.")
+    if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in dict(env).items()):
+        raise UsageError("env must map names to strings (environment values are text).")
+
+
+def trace_dir(path: str) -> str:
+    """A directory the caller keeps the run's traces in: made if need be, emptied of an earlier run's files."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        for name in os.listdir(path):
+            full = os.path.join(path, name)
+            if RUN_FILE.fullmatch(name) and os.path.isfile(full):
+                os.unlink(full)
+    except OSError as e:
+        raise UsageError(f"cannot use {path} as the trace directory: {e.strerror or e}.") from None
+    return os.path.abspath(path)

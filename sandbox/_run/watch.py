@@ -1,0 +1,139 @@
+"""A run's watch step: read what the zygote says (`sandbox.channel`) and what the ranks trace (`sandbox.events`),
+and ask the watchdog policy (`sandbox.policy.decide`) whether to stop. While every rank is busy in its own code the
+watch reads each rank's last trace line alone, so a traced busy loop costs the parent next to nothing; the traces
+are parsed when the policy is asked."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from sandbox import events, policy
+from sandbox.events import RankTrack
+
+log = logging.getLogger("sandbox.launcher")
+
+POLL_S = 0.02               # how often the watchdog looks
+STACK_WAIT_S = 1.0          # how long to wait for the ranks' stack dumps before ending them
+INTERRUPTED = "interrupted"  # why a run was stopped after Ctrl-C or SIGTERM (the verdict of the same name)
+
+
+class Watching:
+    """The reading and watching steps of `sandbox._run.Run`."""
+
+    # ------------------------------------------------------------------------------------------- reading
+    def _messages(self, wait: float) -> None:
+        for msg in self.channel.poll(wait):
+            if "pid" in msg and "rank" in msg:
+                self.tracks[msg["rank"]].pid = msg["pid"]
+                if msg["rank"] == self.n - 1:
+                    log.info("ranks forked: pids %s", [t.pid for t in self.tracks.values()])
+            elif "exit" in msg:
+                t = self.tracks[msg["exit"]]
+                t.exit_code, t.exit_t = msg["code"], time.time()
+                log.info("rank %d ended (exit status %d)", t.rank, t.exit_code)
+            elif "fatal" in msg:
+                self.fatal = msg
+                log.info("the zygote could not start the ranks: %s", msg["fatal"])
+            elif msg.get("ready"):
+                log.info("zygote ready (torch %s, preloaded: %s)", msg.get("torch"),
+                         ", ".join(msg.get("preloaded") or ()) or "nothing")
+            elif msg.get("done"):
+                self.zygote_done = True
+        if self.channel.eof and not self.zygote_done:
+            log.info("the zygote's pipe closed")
+
+    def _pump(self, wait: float, parse: bool = True) -> bool:
+        """Read what the zygote and the ranks wrote; True if a trace grew. Trace lines are parsed only when
+        `parse` is set: while the ranks run, the watchdog looks at each rank's last line alone."""
+        self._messages(wait)
+        grew = False
+        for r, tail in self.tails.items():
+            lines = tail.lines()
+            if lines:
+                grew = True
+                self.raw[r].extend(lines)
+                self.last[r] = lines[-1]
+        if parse:
+            self._parse()
+        for r, tail in self.log_tails.items():
+            for line in tail.lines():
+                self.on_output(r, line.decode(errors="replace"))
+        return grew
+
+    def _parse(self) -> None:
+        for r, lines in self.raw.items():
+            t = self.tracks[r]
+            for line in lines:
+                ev = events.parse(line)
+                if ev is not None:
+                    t.feed(ev)
+            lines.clear()
+
+    def _may_block(self, t: RankTrack) -> bool:
+        """Is rank t perhaps inside a call? Its last trace line tells, except after a `done` line (an NCCL call
+        finished on the GPU while later ones may still be in flight): then its parsed track tells."""
+        last = self.last[t.rank]
+        if events.is_done(last):
+            self._parse()
+            return t.pending is not None
+        return events.may_block(last)
+
+    def _live(self) -> list[RankTrack]:
+        return [t for t in self.tracks.values() if t.exit_code is None]
+
+    @property
+    def _over(self) -> bool:
+        return self.channel.eof or self.zygote_done or self.fatal is not None or not self._live()
+
+    # ------------------------------------------------------------------------------------------- the watchdog
+    def _watch(self) -> None:
+        start = last_change = time.monotonic()
+        fail_t = None
+        while not self._over:
+            if self.held:
+                log.info("interrupted (signal %d): stopping the run", self.held[0])
+                self._stop(INTERRUPTED)
+                return
+            if self._pump(POLL_S, parse=False):
+                last_change = time.monotonic()
+            if self._over:
+                break
+            now = time.monotonic()
+            if fail_t is None and any(t.exit_code not in (None, 0) for t in self.tracks.values()):
+                fail_t = now
+            blocked = all(self._may_block(t) for t in self._live())
+            if fail_t is None and not blocked and now - start <= self.settings.timeout:
+                continue
+            self._parse()
+            d = policy.decide(self.tracks, time.time(), elapsed=now - start, quiet_s=now - last_change,
+                              failed_since=None if fail_t is None else now - fail_t, settings=self.settings)
+            if d is not None and d.provable and not self._still_provable(d):
+                last_change = time.monotonic()
+                continue
+            if d is not None:
+                log.info("stopping the run: %s", d.reason)
+                self.detect_s = d.blocked_s if d.stop == policy.HANG else None
+                self._stop(d.stop, stacks_taken=d.provable)
+                return
+
+    def _still_provable(self, d: policy.Decision) -> bool:
+        """A deadlock the traces prove: take the stacks, then check the ranks are still in the very same calls
+        (if one returned meanwhile, the stacks taken are stale and the watch goes on)."""
+        log.info("%s: confirming while the stacks are taken", d.reason)
+        blocked = {t.rank: t.pending["id"] for t in self._live() if t.pending is not None}
+        self._ask_stacks([t for t in self._live() if t.pid], STACK_WAIT_S)
+        if self._confirmed(blocked):
+            return True
+        log.info("%s, but a call returned while the stacks were taken: watching on", d.reason)
+        self.stack_from = {r: os.path.getsize(p) for r in self.tracks
+                           if os.path.exists(p := os.path.join(self.dir, f"stack-{r}.txt"))}
+        return False
+
+    def _confirmed(self, blocked: dict[int, int]) -> bool:
+        """After a provable deadlock was named: are the ranks still inside the very calls they were in? gloo may yet
+        pair two calls the traces call different (a barrier with a one-element all_reduce), and a loaded machine
+        may hold back an exit line; taking the stacks gives them that time, and the traces are read again."""
+        self._pump(0)
+        return all(t.exit_code is None and t.pending is not None and t.pending["id"] == blocked.get(t.rank)
+                   and not t.inflight for t in self.tracks.values() if t.rank in blocked)
