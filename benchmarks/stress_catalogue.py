@@ -7,8 +7,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sandbox.bugs import registry  # noqa: E402
-from sandbox.repro import run_variant  # noqa: E402
+from sandbox.bugs import registry, run_variant  # noqa: E402
 
 
 def main():

@@ -2,12 +2,14 @@
 
 At build time it
 - adds one page per catalogue bug at `bugs/<slug>/` from the registry (`sandbox.bugs.registry()`) and the bug
-  module's own source: its docstring's Symptom / Root cause / Fix, its real `broken()` and `fixed()` (and the helpers
-  holding its `BUG` / `FIX` lines) side by side, the diagnosis of a real run of the broken variant and its timeline;
-  a bug added to the registry gets its page without editing the site;
+  module's own source: its docstring's Symptom / Root cause / Fix (`Bug.parts`, the one parse of it), its real
+  `broken()` and `fixed()` (and the helpers holding its `BUG` / `FIX` lines) side by side, the report of a real run
+  of the broken variant and its timeline; a bug added to the registry gets its page without editing the site. The
+  run is `python -m sandbox.repro SLUG --variant broken --json`: the page reads its JSON (`RunResult.to_dict()`, the
+  contract every tool reads) and draws it with the sandbox's own report, never by scraping what a terminal shows;
 - executes every lab (`labs/*.ipynb`, committed without outputs) in a real kernel, in parallel, and hands the
   executed copies to mkdocs-jupyter, which renders them under `labs/`;
-- runs `examples/mismatch.py` on 4 ranks for the home page's verdict and timeline;
+- runs `examples/mismatch.py` on 4 ranks (`python -m sandbox.run --json`) for the home page's verdict and timeline;
 - fills the `<!-- gen: NAME -->` markers of the hand-written pages (the CLI's real `--help` texts, README sections,
   the trace format from `sandbox/events.py`);
 - strips any script a notebook template would load from another host (the site is offline).
@@ -23,6 +25,7 @@ import ast
 import concurrent.futures
 import glob
 import html
+import io
 import json
 import logging
 import os
@@ -32,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from types import SimpleNamespace
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
@@ -43,7 +47,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from recognise import recognise_list  # noqa: E402  docs/recognise.py, beside this file
 
+from sandbox import report  # noqa: E402  torch-free until it draws a picture
 from sandbox.bugs import registry  # noqa: E402  reading the registry imports no torch
+from sandbox.result import Diagnosis, RankResult, RunResult  # noqa: E402  torch-free data
 
 log = logging.getLogger("mkdocs.plugins.dist_sandbox")
 LABS_DIR = os.path.join(ROOT, "labs")
@@ -94,20 +100,6 @@ def bug_order() -> list[str]:
     """Slugs in teaching order: the order of their labs, then the bugs without a lab, alphabetically."""
     bugs = registry()
     return sorted(bugs, key=lambda s: (lab_of(s) or "zz", s))
-
-
-def doc_parts(doc: str) -> dict[str, str]:
-    """A bug module's docstring split into its parts: intro (the first line), Source, Symptom, Root cause, Fix,
-    Simulated, On GPUs (NCCL), Run, and any text after a part that is not one of them ("more")."""
-    parts, key = {"intro": []}, "intro"
-    for line in doc.strip("\n").splitlines():
-        m = re.match(r"^(Source|Symptom|Root cause|Fix|Simulated[^:]*|On GPUs \(NCCL\)|Run):\s?(.*)$", line)
-        if m:
-            key = "Simulated" if m.group(1).startswith("Simulated") else m.group(1).split(" (")[0]
-            parts[key] = [m.group(2)]
-        else:
-            parts.setdefault(key, []).append(line)
-    return {k: "\n".join(v).strip() for k, v in parts.items()}
 
 
 _MARK = {"BUG": re.compile(r'(#|""")\s*BUG\b'), "FIX": re.compile(r'(#|""")\s*FIX\b')}
@@ -163,25 +155,60 @@ def _run(cmd: list[str], timeout: float = 300) -> tuple[int, str]:
 
 
 def run_bug(slug: str, out_dir: str) -> dict:
-    """The broken variant, run as `python -m sandbox.repro SLUG --variant broken --timeline ...` prints it."""
+    """The broken variant, run as `python -m sandbox.repro SLUG --variant broken --json --timeline ...`: its JSON,
+    and whether the timeline picture was drawn."""
     png = os.path.join(out_dir, "bugs", slug, "timeline.png")
     os.makedirs(os.path.dirname(png), exist_ok=True)
     t0 = time.monotonic()
-    rc, out = _run([sys.executable, "-m", "sandbox.repro", slug, "--variant", "broken", "--timeline", png])
-    text = out.split("\n\nWhy (")[0]
-    text = "\n".join(line.rstrip() for line in text.splitlines()
-                     if not line.startswith("timeline: ")).strip("\n")
-    text = re.sub(r"^\S+: broken ─+\n", "", text)
-    return {"rc": rc, "output": text, "timeline": os.path.exists(png), "seconds": time.monotonic() - t0}
+    p = subprocess.run([sys.executable, "-m", "sandbox.repro", slug, "--variant", "broken", "--json", "--timeline", png],
+                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    try:
+        run = json.loads(p.stdout)["variants"][0]
+    except (ValueError, KeyError, IndexError):  # no JSON: the run itself failed; on_files names it with its stderr
+        run = None
+    return {"rc": p.returncode, "run": run, "stderr": p.stderr[-3000:], "timeline": os.path.exists(png),
+            "seconds": time.monotonic() - t0}
+
+
+def sandbox_says(run: dict) -> str:
+    """A variant's entry of `python -m sandbox.repro --json` as the terminal shows it: the run's report (drawn by
+    `sandbox.report` from the JSON's result), each rank's last lines, then the expectation it was held to."""
+    mark = "as documented" if run["as_documented"] else "NOT as documented: " + "; ".join(run["why_not"])
+    return report_text(run["result"], max_log_lines=6) + f"\nexpected: {run['expected']} -> {mark}"
+
+
+def report_text(result: dict, max_log_lines: int = report.MAX_LOG_LINES) -> str:
+    """A run's JSON (`RunResult.to_dict()`) drawn by `sandbox.report` as a terminal shows it, without colour."""
+    out = io.StringIO()  # not a terminal: no colour, and the report's own width
+    report.print_result(result_of(result), logs=True, file=out, max_log_lines=max_log_lines)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()).strip("\n")
+
+
+def result_of(d: dict) -> RunResult:
+    """A RunResult back from its JSON (`RunResult.to_dict()`), for the report to draw. The warnings come back as
+    what a report reads of them: their kind, sentence and rule."""
+    g = d["diagnosis"]
+    diagnosis = Diagnosis(kind=g["kind"], cause=g["summary"], culprit_ranks=g["culprit_ranks"], op=g["op"],
+                          group=g["group"], seq=g["seq"], site=g["site"], details=g["details"])
+    ranks = [RankResult(rank=r["rank"], outcome=r["outcome"], exit_code=r["exit_code"], pending=r["pending"],
+                        error=r["error"], output=r["output"], stack=r["stack"], pid=r["pid"]) for r in d["ranks"]]
+    warnings = [SimpleNamespace(kind=w["kind"], summary=w["summary"], rule=w["rule"]) for w in d["warnings"]]
+    return RunResult(verdict=d["verdict"], world_size=d["world_size"], wall_s=d["wall_s"], diagnosis=diagnosis,
+                     ranks=ranks, warnings=warnings)
 
 
 def run_home(out_dir: str) -> dict:
+    """examples/mismatch.py on 4 ranks, run as `python -m sandbox.run -n 4 --json --timeline ...`: the home page's
+    verdict, drawn from the JSON as the terminal draws it."""
     png = os.path.join(out_dir, "assets", "home-timeline.png")
     os.makedirs(os.path.dirname(png), exist_ok=True)
-    rc, out = _run([sys.executable, "-m", "sandbox.run", "-n", "4", "--timeline", png, "examples/mismatch.py"])
-    return {"rc": rc, "output": "\n".join(x.rstrip() for x in out.strip("\n").splitlines()
-                                          if not x.startswith("timeline: ")),  # the build's temp path: not the reader's
-            "timeline": os.path.exists(png)}
+    p = subprocess.run([sys.executable, "-m", "sandbox.run", "-n", "4", "--json", "--timeline", png,
+                        "examples/mismatch.py"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    try:
+        output = report_text(json.loads(p.stdout))
+    except ValueError:  # no JSON: the run itself failed; the page says so and the build log has why
+        output = f"(python -m sandbox.run exited {p.returncode}: {p.stderr[-2000:]})"
+    return {"rc": p.returncode, "output": output, "timeline": os.path.exists(png)}
 
 
 def _kernel(tmp: str) -> str:
@@ -247,7 +274,7 @@ def result(key: str) -> dict:
 
 def bug_page(slug: str) -> str:
     bug = registry()[slug]
-    parts = doc_parts(bug.doc)
+    parts = bug.parts
     path = os.path.join(ROOT, *bug.module.split(".")) + ".py"
     rel = os.path.relpath(path, ROOT)
     msg = error_message(bug)
@@ -271,8 +298,6 @@ def bug_page(slug: str) -> str:
     for key, head in (("Symptom", "Symptom"), ("Root cause", "Root cause"), ("Fix", "Fix")):
         if parts.get(key):
             out += [f"**{head}.** " + parts[key], ""]
-    if parts.get("more"):
-        out += [parts["more"], ""]
     out += ["## Broken and fixed, side by side", "",
             f"The real code of `{rel}`: the lines marked `BUG` and `FIX` are highlighted.", "",
             '<div class="grid code-pair" markdown>', ""]
@@ -282,7 +307,7 @@ def bug_page(slug: str) -> str:
     out += ["</div>", ""]
     out += ["## What the sandbox says", "",
             f"`python -m sandbox.repro {slug} --variant broken`, run when this page was built:", "",
-            fence(run["output"] or "(no output)"), ""]
+            fence(sandbox_says(run["run"])), ""]
     if bug.broken.note:
         out += [f"How to read it: {bug.broken.note}.", ""]
     out += [f"Expected of the broken variant: {bug.broken.describe()}. Of the fixed one: {bug.fixed.describe()}.", ""]
@@ -404,8 +429,8 @@ def on_files(files, config):
         r = fut.result()
         if key.startswith("lab:") and r["rc"] != 0:
             failed.append(f"{key[4:]}:\n{r['stderr']}")
-        if key.startswith("bug:") and not r["output"]:
-            failed.append(f"{key[4:]}: python -m sandbox.repro printed nothing (exit {r['rc']})")
+        if key.startswith("bug:") and r["run"] is None:
+            failed.append(f"{key[4:]}: python -m sandbox.repro --json printed no run (exit {r['rc']}):\n{r['stderr']}")
     if failed:
         raise RuntimeError("docs build: these build-time runs failed:\n" + "\n".join(failed))
     for path in _state["labs"]:

@@ -10,9 +10,10 @@
 `run` and `check` show what they found (in Jupyter as HTML, elsewhere as text) and return it: assign the
 returned value (`res = b.run(...)`) or end the line with `;`, or Jupyter shows it a second time.
 
-A check runs the learner's function on every rank with the keyword arguments the module's own `fixed()` gets, and
-rank 0 also computes the module's single-process reference (as `python -m sandbox.repro` does for the fixed
-variant); the fixed variant's documented expectation (`sandbox.bugs.check`) decides. A wrong fix is an answer,
+A check is the catalogue's fixed variant with the learner's function in place of the module's
+(`sandbox.bugs.run_variant(..., fix=fn)`): every rank calls it with the keyword arguments the module's own `fixed()`
+gets, rank 0 also computes the module's single-process reference, and the fixed variant's documented expectation
+(`sandbox.bugs.unmet_expectations`) decides; `grade_fix` says the answer in one sentence. A wrong fix is an answer,
 never an exception.
 """
 from __future__ import annotations
@@ -20,14 +21,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import pickle
 import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
 
-from sandbox import bugs, htmlview, words
-from sandbox.launcher import Interrupted, launch
+from sandbox import bugs, words
+from sandbox.bugs.reference import differences, reference_of
+from sandbox.launcher import Interrupted
+from sandbox.report import html
 from sandbox.result import RunResult
 
 VERDICTS = ("right", "hang", "wrong", "error", "crash", "interrupted")
@@ -51,7 +53,7 @@ class Check:
         p.text(str(self))
 
     def _repr_html_(self) -> str:
-        return htmlview.check(self.ok, _TITLES[self.verdict], self.message, self.result)
+        return html.check(self.ok, _TITLES[self.verdict], self.message, self.result)
 
 
 class Lab:
@@ -94,20 +96,12 @@ class Lab:
             raise ValueError(f"{self.bug.slug} needs at least {self.bug.min_world_size} ranks, not {n}.")
         return n
 
-    def _options(self, n: int, gpu: bool) -> dict:
-        mod = self.module
-        return mod.options(n, gpu) if hasattr(mod, "options") else {}
-
     def run(self, variant: str = "broken", timeline: bool = False, n: int | None = None, gpu: bool = False,
             debug: str | None = None, show: bool = True, **launch_options) -> RunResult:
         """Run the catalogue's `broken` or `fixed` variant as `python -m sandbox.repro` does, show the result (and
         the timeline picture with `timeline=True`), and return it. Ctrl-C ends the run and shows where it was."""
-        if variant not in ("broken", "fixed"):
-            raise ValueError(f"variant is 'broken' or 'fixed', not {variant!r}.")
-        from sandbox.repro import run_variant
-
         try:
-            res, _, _ = run_variant(self.bug, variant, self._ranks(n), gpu=gpu, debug=debug, **launch_options)
+            res = bugs.run_variant(self.bug, variant, self._ranks(n), gpu=gpu, debug=debug, **launch_options).result
         except Interrupted as e:
             res = e.result
         if show:
@@ -120,41 +114,27 @@ class Lab:
         fixed variant's expectation. Shows the answer (and, with `timeline=True`, the timeline) and returns it."""
         n = self._ranks(n)
         try:
-            import cloudpickle  # a function typed into a notebook cell travels by value, an importable one by name
-
-            fn_bytes = cloudpickle.dumps(fn)
-        except Exception as e:  # noqa: BLE001  whatever pickling raises, something the function holds is the cause
-            c = Check(False, "error", f"{getattr(fn, '__name__', fn)!s} cannot be sent to the ranks: {e}.")
+            res = bugs.run_variant(self.bug, "fixed", n, gpu=gpu, fix=fn, **launch_options).result
+        except bugs.FixNotSendable as e:
+            c = Check(False, "error", str(e))
+        except Interrupted as e:
+            c = grade_fix(self.bug, e.result, gpu=gpu)
         else:
-            try:
-                res = launch(rank_main, world_size=n, args=(fn_bytes, self.bug.module, self._options(n, gpu)),
-                             gpu=gpu, timeout=self.bug.timeout, preload=[self.bug.module], **launch_options)
-            except Interrupted as e:
-                res = e.result
-            c = judge(self.bug, res)
+            c = grade_fix(self.bug, res, gpu=gpu)
         if show:
             show_result(c.result, timeline=timeline, shown=c)
         return c
 
 
-def rank_main(fn_bytes: bytes, module: str, kwargs: dict) -> dict:
-    """What every rank runs for a check: the learner's function, and on rank 0 the module's single-process
-    reference (as `sandbox.bugs._entry` does for the fixed variant)."""
-    out = {"value": pickle.loads(fn_bytes)(**kwargs)}
-    mod = importlib.import_module(module)
-    if hasattr(mod, "reference") and os.environ.get("RANK") == "0":
-        out["reference"] = mod.reference(world_size=int(os.environ["WORLD_SIZE"]), **kwargs)
-    return out
-
-
-def judge(bug: bugs.Bug, res: RunResult) -> Check:
+def grade_fix(bug: bugs.Bug, res: RunResult, gpu: bool = False) -> Check:
     """A learner's run against the bug's fixed expectation, as a Check with one sentence."""
     if res.verdict == "interrupted":
         return Check(False, "interrupted", "The run was interrupted before it could finish.", res)
-    ok, why = bugs.check(bug, bug.fixed, res)
+    expect = bug.expect("fixed", gpu)
+    why = bugs.unmet_expectations(expect, res)
     summary = res.diagnosis.summary
-    if ok:
-        same = " and matches the single-process reference" if bug.fixed.matches_reference else ""
+    if not why:
+        same = " and matches the single-process reference" if expect.matches_reference else ""
         said = f"Every rank finished{same} ({words.plural(res.world_size, 'rank')})."
         if res.warnings:  # right, but it broke a contract a luckier timing forgave
             said += f" It broke a contract, though: {res.warnings[0].summary}"
@@ -172,44 +152,12 @@ def judge(bug: bugs.Bug, res: RunResult) -> Check:
 
 def _wrong(res: RunResult) -> str | None:
     """'Rank 1 returned a wrong value: [2] is [0.0], the single-process reference has [37.0] (ranks 1 and 3 differ).'"""
-    v0 = res.ranks[0].value if res.ranks else None
-    ref = v0.get("reference") if isinstance(v0, dict) else None
-    if ref is None:
-        return None
-    bad = []
-    for r in res.ranks:
-        got = (r.value or {}).get("value")
-        want = ref["per_rank"][r.rank] if isinstance(ref, dict) and set(ref) == {"per_rank"} else ref
-        if not bugs.close(got, want):
-            bad.append((r.rank, got, want))
+    ref = reference_of(res)
+    bad = differences(res, ref) if ref is not None else []
     if not bad:
         return None
-    rank, got, want = bad[0]
-    more = f" ({words.ranks([b[0] for b in bad])} differ)" if len(bad) > 1 else ""
-    where, got, want = first_difference(got, want)
-    if not where:
-        return f"Rank {rank} returned {_brief(got)}, the single-process reference is {_brief(want)}{more}."
-    return (f"Rank {rank} returned a wrong value: {where} is {_brief(got)}, the single-process reference has"
-            f" {_brief(want)}{more}.")
-
-
-def first_difference(got, want, where: str = ""):
-    """Where two values first differ, as an index path ('[1]["tokens"]'), and the two parts there: descends into
-    lists and dicts while their shapes agree, so a long result is summed up by the part that is wrong."""
-    if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)) and len(got) == len(want):
-        for i, (g, w) in enumerate(zip(got, want)):
-            if not bugs.close(g, w):
-                return first_difference(g, w, f"{where}[{i}]")
-    if isinstance(got, dict) and isinstance(want, dict) and got.keys() == want.keys():
-        for k in want:
-            if not bugs.close(got[k], want[k]):
-                return first_difference(got[k], want[k], f"{where}[{k!r}]")
-    return where, got, want
-
-
-def _brief(x, n: int = 80) -> str:
-    s = repr(x)
-    return s if len(s) <= n else s[:n - 3] + "..."
+    more = f" ({words.ranks([d.rank for d in bad])} differ)" if len(bad) > 1 else ""
+    return f"Rank {bad[0].rank} {bad[0].sentence()}{more}."
 
 
 # ----------------------------------------------------------------------------------------------- showing

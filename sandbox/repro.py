@@ -7,8 +7,8 @@
     python -m sandbox.repro --all --gpu                  # every bug with a GPU form, on as many GPUs as it can use
     python -m sandbox.repro init-port --debug DETAIL     # PyTorch's own report beside the sandbox's
 
-Exit code: 0 when every variant run behaved as documented, 1 when one did not, 2 on a usage error, 130 when
-interrupted. Listing, --help and usage errors answer at once: the catalogue is read without importing torch.
+Exit code: 0 when every variant run behaved as documented, 1 when one did not, 2 on a usage error, 128 + the signal
+when interrupted (130 after Ctrl-C). Listing, --help and usage errors answer at once: the catalogue is read without importing torch.
 
 Without --gpu a run is a CPU run on any machine (its ranks see no GPU). With --gpu each rank owns one GPU and the
 bug runs on NCCL, with the expectation its module documents for NCCL; the default number of ranks is then the
@@ -18,47 +18,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
-from sandbox import cli
+from sandbox import cli, defaults
+from sandbox.bugs import registry, run_variant
 
 
-def explanation(doc: str) -> str:
-    """The Symptom / Root cause / Fix / Simulated paragraphs of a bug module's docstring (not its Run output)."""
-    keep, out = False, []
-    for line in doc.strip().splitlines():
-        head = re.match(r"^(Symptom|Root cause|Fix|Simulated[^:]*|On GPUs[^:]*|Source):", line)
-        if head:
-            keep = head.group(1) != "Source"
-        elif re.match(r"^Run:", line):
-            keep = False
-        if keep:
-            out.append(line)
-    return "\n".join(out).strip()
+def _draw_timeline(res, path: str) -> None:
+    from sandbox import report
 
-
-def run_variant(bug, variant: str, n: int, gpu: bool = False, debug: str | None = None, timeline: str | None = None,
-                **launch_options):
-    """Run one variant of a bug; returns (RunResult, as_documented, reasons)."""
-    import importlib
-
-    from sandbox.bugs import check
-    from sandbox.launcher import launch
-    from sandbox.bugs._entry import run as entry
-
-    mod = importlib.import_module(bug.module)
-    kwargs = mod.options(n, gpu) if hasattr(mod, "options") else {}
-    res = launch(entry, world_size=n, args=(bug.module, variant, kwargs), gpu=gpu, debug=debug,
-                 timeout=bug.timeout, preload=[bug.module], **launch_options)
-    ok, why = check(bug, bug.expect(variant, gpu), res, debug=bool(debug))
-    if timeline:
-        from sandbox import report
-        try:
-            report.timeline(res, timeline)
-        except Exception as e:  # noqa: BLE001  a picture that cannot be drawn is not the run's failure
-            print(f"sandbox.repro: no timeline: {e}", file=sys.stderr)
-    return res, ok, why
+    try:
+        report.timeline(res, path)
+    except Exception as e:  # noqa: BLE001  a picture that cannot be drawn is not the run's failure
+        print(f"sandbox.repro: no timeline: {e}", file=sys.stderr)
 
 
 def _list(bugs) -> None:
@@ -85,7 +57,8 @@ def parser(prog: str = "python -m sandbox.repro") -> cli.Parser:
     p.add_argument("-n", dest="n", type=cli.positive_int, help="number of ranks (default: the bug's own)")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL), where the bug supports it")
     p.add_argument("--json", action="store_true", help="print the runs as JSON")
-    p.add_argument("--timeline", metavar="FILE", help="save a timeline picture (FILE-broken.png / FILE-fixed.png)")
+    p.add_argument("--timeline", metavar="FILE", type=cli.picture_path,
+                   help="save a timeline picture, .png, .svg or .pdf (FILE-broken.png / FILE-fixed.png)")
     cli.add_common(p)
     return p
 
@@ -94,8 +67,6 @@ def main(argv=None) -> int:
     p = parser()
     a = p.parse_args(argv)
     cli.setup_logging(a.verbose)
-
-    from sandbox.bugs import registry
 
     bugs = registry()
     if a.list:
@@ -110,8 +81,6 @@ def main(argv=None) -> int:
         else:
             _list(bugs)
         return 0
-    if a.timeline and os.path.splitext(a.timeline)[1].lower() not in (".png", ".svg", ".pdf", ""):
-        p.error(f"--timeline wants a .png, .svg or .pdf file name, not {a.timeline}")
     from sandbox.launcher import Interrupted, UsageError
 
     try:
@@ -121,12 +90,7 @@ def main(argv=None) -> int:
         return 2
     except Interrupted as e:
         print("sandbox.repro: interrupted.", file=sys.stderr)
-        return 128 + e.signal
-
-
-def _debug(a) -> str | None:
-    """TORCH_DISTRIBUTED_DEBUG for the ranks: None leaves it unset (OFF is PyTorch's default)."""
-    return a.debug if a.debug and a.debug != "OFF" else None
+        return defaults.interrupted_exit(e.signal)
 
 
 def visible_gpus() -> int:
@@ -161,43 +125,50 @@ def _run_one(p, bugs, a) -> int:
     least = bug.gpu.min_world_size if a.gpu else bug.min_world_size
     if n < least:
         p.error(f"{bug.slug} needs at least {least} ranks{' (one GPU each)' if a.gpu else ''}")
-    variants = ["broken", "fixed"] if a.variant == "both" else [a.variant]
-    debug = _debug(a)
     runs = []
-    for v in variants:
-        tl = None
-        if a.timeline:
-            root, ext = os.path.splitext(a.timeline)
-            tl = f"{root}-{v}{ext or '.png'}" if len(variants) > 1 else a.timeline
-        res, ok, why = run_variant(bug, v, n, gpu=a.gpu, debug=debug, timeline=tl)
-        runs.append((v, res, ok, why, tl))
+    for v in _variants(a):
+        timeline = _timeline_name(a.timeline, v, a.variant)
+        run = run_variant(bug, v, n, gpu=a.gpu, debug=a.debug)
+        if timeline:
+            _draw_timeline(run.result, timeline)
+        runs.append((v, run))
         if not a.json:
-            _print_run(bug, v, res, ok, why, tl, gpu=a.gpu)
-    all_ok = all(ok for _, _, ok, _, _ in runs)
+            _print_run(bug, v, run, timeline, gpu=a.gpu)
+    all_ok = all(run.as_documented for _, run in runs)
     if a.json:
         print(json.dumps({"bug": bug.slug, "title": bug.title, "as_documented": all_ok,
-                          "explanation": explanation(bug.doc),
-                          "gpu": a.gpu,
-                          "variants": [{"variant": v, "as_documented": ok, "expected": bug.expect(v, a.gpu).describe(),
-                                        "why_not": why, "result": res.to_dict()} for v, res, ok, why, _ in runs]}))
+                          "explanation": bug.explanation, "gpu": a.gpu,
+                          "variants": [{"variant": v, "as_documented": run.as_documented,
+                                        "expected": bug.expect(v, a.gpu).describe(), "why_not": run.why_not,
+                                        "result": run.result.to_dict()} for v, run in runs]}))
     else:
         print()
         print(f"Why ({bug.source}):")
-        print(explanation(bug.doc))
+        print(bug.explanation)
     return 0 if all_ok else 1
 
 
-def _run_all(bugs, a) -> int:
-    """The whole catalogue, one line a variant; exit 0 only if every variant behaved as documented."""
-    import time
+def _variants(a) -> list[str]:
+    return ["broken", "fixed"] if a.variant == "both" else [a.variant]
 
-    from sandbox.report import headline
+
+def _timeline_name(path: str | None, variant: str, chosen: str) -> str | None:
+    """--timeline's file for one variant: the name given, or with both variants NAME-broken.png, NAME-fixed.png."""
+    if not path or chosen != "both":
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}-{variant}{ext}"
+
+
+def _run_all(bugs, a) -> int:
+    """The whole catalogue, one line a variant; exit 0 only if every variant run behaved as documented."""
+    import time
 
     gpus = visible_gpus() if a.gpu else None
     if gpus is not None and gpus < 2:
         from sandbox.launcher import UsageError
         raise UsageError(f"--all --gpu needs at least 2 GPUs (one per rank); {gpus} visible.")
-    t0, rows, all_ok = time.monotonic(), [], True
+    t0, rows = time.monotonic(), []
     for bug in bugs.values():
         if (bug.needs == "gpu" and not a.gpu) or (a.gpu and bug.gpu is None):
             continue
@@ -209,9 +180,8 @@ def _run_all(bugs, a) -> int:
             if not a.json:
                 print(f"{bug.slug:16} skipped: needs {n} GPUs (one per rank), {gpus} visible", flush=True)
             continue
-        for v in (["broken", "fixed"] if a.variant == "both" else [a.variant]):
-            res, ok, why = run_variant(bug, v, n, gpu=a.gpu, debug=_debug(a))
-            all_ok &= ok
+        for v in _variants(a):
+            res, ok, why = run_variant(bug, v, n, gpu=a.gpu, debug=a.debug)
             warned = sorted({w.kind for w in res.warnings})
             rows.append({"bug": bug.slug, "variant": v, "as_documented": ok, "why_not": why, "verdict": res.verdict,
                          "kind": res.diagnosis.kind, "wall_s": res.wall_s, "warnings": warned})
@@ -219,12 +189,15 @@ def _run_all(bugs, a) -> int:
                 mark = "as documented" if ok else "NOT as documented: " + "; ".join(why)
                 if warned:  # a broken variant that finished names the contract it broke (kv-sync on NCCL)
                     mark += f", {'warnings' if len(warned) > 1 else 'warning'} {', '.join(warned)}"
-                print(f"{bug.slug:16} {v:7} {headline(res):47} {mark}", flush=True)
+                print(f"{bug.slug:16} {v:7} {res.headline():47} {mark}", flush=True)
     total = time.monotonic() - t0
+    ran = [r for r in rows if r["as_documented"] is not None]
+    # decided from every row at the end, not accumulated run by run: one variant not as documented, wherever it
+    # came in the catalogue, fails the whole run
+    all_ok = all(r["as_documented"] for r in ran)
     if a.json:
         print(json.dumps({"as_documented": all_ok, "total_s": round(total, 2), "runs": rows}))
     else:
-        ran = [r for r in rows if r["as_documented"] is not None]
         skipped = len(rows) - len(ran)
         print(f"{sum(r['as_documented'] for r in ran)}/{len(ran)} variants as documented"
               f"{' on GPUs (NCCL)' if a.gpu else ''} in {total:.1f} s"
@@ -232,7 +205,7 @@ def _run_all(bugs, a) -> int:
     return 0 if all_ok else 1
 
 
-def _print_run(bug, variant, res, ok, why, timeline, gpu=False) -> None:
+def _print_run(bug, variant, run, timeline, gpu=False) -> None:
     from rich.console import Console
     from rich.rule import Rule
 
@@ -241,8 +214,8 @@ def _print_run(bug, variant, res, ok, why, timeline, gpu=False) -> None:
     out = sys.stdout
     console = Console(file=out, width=None if out.isatty() else 120, highlight=False)
     console.print(Rule(f"{bug.slug}: {variant}", align="left"))
-    report.print_result(res, logs=True, max_log_lines=6)
-    mark = "[green]as documented[/]" if ok else "[red]NOT as documented[/]: " + "; ".join(why)
+    report.print_result(run.result, logs=True, max_log_lines=6)
+    mark = "[green]as documented[/]" if run.as_documented else "[red]NOT as documented[/]: " + "; ".join(run.why_not)
     console.print(f"expected: {bug.expect(variant, gpu).describe()} -> {mark}")
     if timeline:
         console.print(f"timeline: {timeline}")

@@ -52,7 +52,12 @@ _OLD_WORDING = re.compile(r"Unhandled FakeTensor Device Propagation for \S+, fou
 
 @contextlib.contextmanager
 def devices_checked():
-    """Ops on simulated devices, checked by PyTorch's own FakeTensor code, worded alike on every supported torch."""
+    """Ops on simulated devices, checked by PyTorch's own FakeTensor code, worded alike on every supported torch.
+
+    The older wording is changed in the error itself, which is then raised again as it is: a new exception raised
+    here would start its traceback at the `with` line that left this block (the with statement, not the op), so
+    the error's site would differ from one torch to the next (cross-device's stack at line 108 on 2.13, its `with`
+    at line 104 on 2.11). The same exception, re-raised, keeps the traceback that ends at the user's op."""
     with fake_mode():
         try:
             yield
@@ -60,17 +65,14 @@ def devices_checked():
             m = _OLD_WORDING.match(str(e))
             if not m or type(e) is not RuntimeError:
                 raise
-            raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
-                               f"{m[1]} and {m[2]}!") from e
+            e.args = ("Expected all tensors to be on the same device, but found at least two devices, "
+                      f"{m[1]} and {m[2]}!",)
+            raise
 
 
 def warm() -> None:
     """Pay the first FakeTensor's set-up cost (about a second) once, e.g. in the zygote before the fork."""
     on_device(torch.zeros(1), "cuda:0")
-
-
-def _rebuild(data: torch.Tensor, device: str):
-    return on_device(data, device)
 
 
 def on_device(data: torch.Tensor, device: str) -> torch.Tensor:

@@ -1,6 +1,7 @@
-"""`bugs.check()` judged on hand-built results: every field of an Expect can reject a run, and a right run passes.
+"""`bugs.unmet_expectations()` on hand-built results: every field of an Expect can reject a run, and a right run
+passes; and the comparison with the single-process reference (`sandbox.bugs.reference`: torch.testing's semantics).
 
-No ranks are started: the results are plain objects with the attributes check() reads, so these tests hold
+No ranks are started: the results are plain objects with the attributes the check reads, so these tests hold
 whatever shape the engine's own result types take.
 """
 from __future__ import annotations
@@ -11,7 +12,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sandbox.bugs import Bug, Expect, check
+from sandbox.bugs import Expect, unmet_expectations
+from sandbox.bugs.reference import Difference, first_difference
 from sandbox.result import Diagnosis
 
 
@@ -34,18 +36,14 @@ class Result:
         return len(self.ranks)
 
 
-def bug(**expect) -> Bug:
-    return Bug(slug="t", title="t", source="t", symptom="t", broken=Expect(**expect), fixed=Expect())
-
-
 def hang(kind="collective_mismatch", culprits=(2,), world=4, **rank_fields) -> Result:
     ranks = [Rank(r, **rank_fields) for r in range(world)]
     return Result("hang", ranks, Diagnosis(kind=kind, cause="Collective mismatch at call #1", culprit_ranks=list(culprits)))
 
 
 def judged(expect: dict, res, **kw) -> tuple[bool, list[str]]:
-    b = bug(**expect)
-    return check(b, b.broken, res, **kw)
+    why = unmet_expectations(Expect(**expect), res, **kw)
+    return not why, why
 
 
 def ok_run(values, reference=None) -> Result:
@@ -129,8 +127,8 @@ def test_an_error_that_does_not_match_is_rejected():
 def test_the_error_may_show_in_output_or_in_the_summary():
     in_output = Result("error", [Rank(0, output="RuntimeError: No backend type associated with xpu"), Rank(1)])
     assert judged({"verdict": "error", "error": "No backend type"}, in_output)[0]
-    in_summary = hang()
-    in_summary.diagnosis = dataclasses.replace(in_summary.diagnosis, cause="Rank 3 raised ValueError: bad shape")
+    res = hang()
+    in_summary = dataclasses.replace(res, diagnosis=res.diagnosis.led_by("Rank 3 raised ValueError: bad shape"))
     assert judged({"verdict": "hang", "error": "bad shape"}, in_summary)[0]
 
 
@@ -155,14 +153,14 @@ def test_values_equal_to_a_common_reference_are_accepted():
 
 def test_a_value_off_the_common_reference_is_rejected():
     ok, why = judged({"matches_reference": True}, ok_run([[1.0, 2.0], [1.0, 2.5]], reference=[1.0, 2.0]))
-    assert not ok and len(why) == 1 and why[0].startswith("rank 1 differs from the single-process reference")
+    assert not ok and why == ["rank 1 returned a wrong value: [1] is 2.5, the single-process reference has 2.0"]
 
 
 def test_per_rank_reference():
     ref = {"per_rank": [{"tp": [0, 1]}, {"tp": [0, 1]}, {"tp": [2, 3]}]}
     assert judged({"matches_reference": True}, ok_run([{"tp": [0, 1]}, {"tp": [0, 1]}, {"tp": [2, 3]}], ref))[0]
     ok, why = judged({"matches_reference": True}, ok_run([{"tp": [0, 1]}, {"tp": [0, 1]}, {"tp": [0, 1]}], ref))
-    assert not ok and len(why) == 1 and why[0].startswith("rank 2 differs")
+    assert not ok and why == ["rank 2 returned a wrong value: ['tp'][0] is 0, the single-process reference has 2"]
 
 
 def test_a_reference_passed_in_wins_over_the_ranks_own():
@@ -184,3 +182,45 @@ def test_several_failures_are_all_named():
     ok, why = judged({"verdict": "hang", "kind": "p2p_cycle", "culprits": [1], "error": "nope", "output": "nope"},
                      Result("error", [Rank(0), Rank(1)], Diagnosis(kind="rank_error", cause="boom", culprit_ranks=[0])))
     assert not ok and len(why) == 5
+
+
+# ------------------------------------------------------------------------------------------------ the comparison
+
+def test_the_place_and_both_values_are_named():
+    d = Difference(1, *first_difference({"sent_tokens": 74, "total": 37}, {"sent_tokens": 37, "total": 37}))
+    assert d.sentence() == "returned a wrong value: ['sent_tokens'] is 74, the single-process reference has 37"
+    whole = Difference(0, *first_difference(None, [1.0]))
+    assert whole.sentence() == "returned None, the single-process reference is [1.0]"
+
+
+@pytest.mark.parametrize("got,want,where", [
+    ([0.0, 1.0, 0.0], [0.0, 1.0], ""),               # lists: their lengths first
+    ([[1, 2], [3]], [[1, 2], [3, 4]], "[1]"),
+    ({"a": 1}, {"b": 1}, ""),                        # dicts: their keys
+    (3, 3.0, ""),                                    # as assert_close: an int is not a float
+    (True, 1, ""),
+    (float("nan"), float("nan"), ""),                # equal_nan=False
+    (37.0, 37.001, ""),                              # beyond float32's tolerance
+    ("sent", "done", ""),
+])
+def test_what_differs(got, want, where):
+    assert first_difference(got, want) == (where, got[1] if where == "[1]" else got, want[1] if where == "[1]" else want)
+
+
+@pytest.mark.parametrize("got,want", [
+    ([1.0, 2.0 + 2e-6], [1.0, 2.0]),                 # float32 sums in another order: the last bits
+    (37.00003, 37.0),                                # within rtol 1.3e-6 * 37 + atol 1e-5
+    (float("inf"), float("inf")),
+    ({"per": [1, 2], "x": None}, {"per": [1, 2], "x": None}),
+    ((1, 2), [1, 2]),                                # a tuple and a list of the same items
+])
+def test_what_is_the_same(got, want):
+    assert first_difference(got, want) is None
+
+
+def test_tensors_are_compared_by_assert_close():
+    torch = pytest.importorskip("torch")
+    assert first_difference([torch.ones(3)], [torch.ones(3) + 1e-7]) is None
+    assert first_difference([torch.ones(3)], [torch.ones(3) + 1e-3])[0] == "[0]"
+    assert first_difference(torch.ones(3), torch.ones(4))[0] == ""       # shapes differ
+    assert first_difference(torch.ones(3), torch.ones(3, dtype=torch.float64))[0] == ""  # dtypes differ

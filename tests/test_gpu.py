@@ -1,6 +1,7 @@
 """Real GPUs: every catalogue bug's `--gpu` form on NCCL, and the GPU examples. Marked `gpu`: they run where 2 GPUs
 are visible and skip elsewhere (`pytest -m gpu` runs only these). The CPU-run tests at the end run everywhere: on a
 GPU machine they are what shows that a run without --gpu never touches CUDA."""
+import inspect
 import json
 import os
 
@@ -8,8 +9,8 @@ import pytest
 
 from conftest import ROOT, run_cli, visible_gpus
 from sandbox import launch
-from sandbox.bugs import registry
-from sandbox.repro import ranks_for, run_variant
+from sandbox.bugs import registry, run_variant
+from sandbox.repro import ranks_for
 
 BUGS = registry()
 GPU_CASES = [(slug, v) for slug, b in BUGS.items() if b.gpu for v in ("broken", "fixed")]
@@ -73,8 +74,11 @@ def _old_wording_on_a_simulated_device():
 
 
 def test_the_older_wording_is_reworded_and_reported_at_the_users_line(clean):
-    """torch 2.11's wording, forced on any build: the documented words, and the site is the caller's line, not the
-    sandbox's rewording (on the GPU machine's 2.11 cross-device's diagnosis once named sandbox/simulate.py)."""
+    """torch 2.11's wording, forced on any build: the documented words, and the site is the line of the failing op,
+    as on 2.13: not the sandbox's rewording (2.11 once named sandbox/simulate.py), nor the `with` line that entered
+    the check (2.11 once cited cross-device's line 104 where the docstring, written on 2.13, cites its stack at 108)."""
+    src, first = inspect.getsourcelines(_old_wording_on_a_simulated_device)
+    raised_at = f"tests/test_gpu.py:{first + next(i for i, line in enumerate(src) if 'raise RuntimeError' in line)}"
     res = launch(_old_wording_on_a_simulated_device, world_size=2)
     assert res.verdict == "error", res.diagnosis.summary
     raised = [r for r in res.ranks if r.error]  # the first to raise ends the run: the other may be stopped first
@@ -82,7 +86,7 @@ def test_the_older_wording_is_reworded_and_reported_at_the_users_line(clean):
     for r in raised:
         assert r.error["message"] == ("Expected all tensors to be on the same device, but found at least two devices, "
                                       "cuda:0 and cuda:1!"), r.error
-        assert r.error["site"].startswith("tests/test_gpu.py:"), r.error
+        assert r.error["site"] == raised_at, r.error
 
 
 @pytest.mark.no_gpu

@@ -2,10 +2,11 @@
 
     python tools/refresh_run_output.py [slug ...]
 
-The Run section is the line `Run: python -m sandbox.repro <slug>` and the indented lines under it."""
+The Run section is the line `Run: python -m sandbox.repro <slug>` and the indented lines under it: per variant its
+headline, the diagnosis (of a run that did not finish), the kinds of contract warnings it carried, and the
+expectation it met. A variant that does not meet it stops the tool before its module is written."""
 import importlib
 import os
-import re
 import sys
 import textwrap
 
@@ -13,9 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.chdir(ROOT)
 
-from sandbox.bugs import registry  # noqa: E402
-from sandbox.report import headline  # noqa: E402
-from sandbox.repro import run_variant  # noqa: E402
+from sandbox.bugs import registry, run_variant  # noqa: E402
 
 
 def run_section(bug) -> list[str]:
@@ -24,16 +23,20 @@ def run_section(bug) -> list[str]:
         res, ok, why = run_variant(bug, variant, bug.world_size)
         if not ok:
             raise SystemExit(f"{bug.slug} {variant} did not behave as documented: {why}")
-        lines.append(f"    {variant}: {headline(res)}")
+        lines.append(f"    {variant}: {res.headline()}")
         if res.verdict != "ok":
             lines += textwrap.wrap(res.diagnosis.summary, 110, initial_indent="      ", subsequent_indent="      ")
-        lines.append(f"      expected: {getattr(bug, variant).describe()} -> as documented")
+        if res.warnings:  # the contracts it broke, by kind: their sentences are in the report above them
+            lines.append(f"      Warnings: {', '.join(sorted({w.kind for w in res.warnings}))}.")
+        lines.append(f"      expected: {bug.expect(variant).describe()} -> as documented")
     return lines
 
 
 def main():
     bugs = registry()
     for slug in sys.argv[1:] or list(bugs):
+        if slug not in bugs:
+            raise SystemExit(f"unknown bug {slug!r}; known: {', '.join(bugs)}.")
         bug = bugs[slug]
         path = importlib.import_module(bug.module).__file__
         src = open(path).read()

@@ -1,12 +1,15 @@
-"""What every rank runs for `python -m sandbox.repro`: one variant of one bug, plus (on rank 0, for a variant that
-must match one) the single-process reference, computed with no distributed code at all."""
+"""What every rank runs for a catalogue run (`sandbox.bugs.run_variant`): one variant of one bug, or a learner's
+fix in its place, plus (on rank 0, for the fixed variant) the module's single-process reference, computed with no
+distributed code at all, to compare every rank's value with."""
 import importlib
 import os
+import pickle
 
 
-def run(module: str, variant: str, kwargs: dict) -> dict:
+def run(module: str, variant: str, kwargs: dict, fix: bytes | None = None) -> dict:
     mod = importlib.import_module(module)
-    out = {"value": getattr(mod, variant)(**kwargs)}
+    fn = pickle.loads(fix) if fix is not None else getattr(mod, variant)  # a fix travels cloudpickled, by value
+    out = {"value": fn(**kwargs)}
     if variant == "fixed" and hasattr(mod, "reference") and os.environ.get("RANK") == "0":
         out["reference"] = mod.reference(world_size=int(os.environ["WORLD_SIZE"]), **kwargs)
     return out

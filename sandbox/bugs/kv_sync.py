@@ -16,8 +16,12 @@ for exactly that layer, so every send finds its receive. Two exchange patterns b
 sends to each peer in turn) and `ring` (the owner sends to its right neighbour, each rank receives from its left
 and forwards until the ring closes). Per-layer sync helped not because the messages got smaller but because it
 fixed an order in which each blocking send has a posted receive. The deeper rule: with blocking point-to-point,
-for every send the matching receive must already be reachable on the peer; otherwise post both sides first
-(`isend`/`irecv`, or `batch_isend_irecv`) and then wait.
+for every send the matching receive must already be reachable on the peer. Ordering by rank parity (even ranks
+send first, odd ranks receive first) is not such an order for every world size: among an odd number of ranks two
+even ranks are peers (ranks 0 and 2 of 3) and both send first, which deadlocks again. What holds for any number of
+ranks: post both sides of the whole exchange first, every `isend` and every `irecv` (or all of them in one
+`batch_isend_irecv`), then wait on every request; or a schedule where, at each step, each pair has one sender and
+one receiver, as the per-layer fix has.
 
 The model is a small Qwen-like decoder with random weights (sandbox/models/tiny_qwen.py, plain PyTorch); the
 decoded tokens of every rank must equal a single-process run.
@@ -34,13 +38,13 @@ cycle in about 5 s); with `device_id` given to init_process_group it hung at 1 K
 or go layer by layer as the fix does.
 
 Run: python -m sandbox.repro kv-sync
-    broken: HANG [p2p_cycle]: 3 ranks in 1.37 s
-      Point-to-point cycle: rank 0 blocks in send to rank 1 at sandbox/bugs/kv_sync.py:102; rank 1 blocks in
-      send to rank 0 at sandbox/bugs/kv_sync.py:102. A gloo send does not complete until the peer posts the
-      matching recv, so each waits for the other. Post both sides with isend/irecv (or batch_isend_irecv)
-      before waiting, or order them by rank (even ranks send first).
+    broken: HANG [p2p_cycle]: 3 ranks in 1.43 s
+      Point-to-point cycle: rank 0 blocks in send to rank 1 at sandbox/bugs/kv_sync.py:106; rank 1 blocks in
+      send to rank 0 at sandbox/bugs/kv_sync.py:106. A gloo send does not complete until the peer posts the
+      matching recv, so each waits for the other. Post both sides before waiting on either: isend and irecv
+      (or one batch_isend_irecv with both), then wait on every request; that holds for any number of ranks.
       expected: hang, p2p_cycle -> as documented
-    fixed: OK: 3 ranks in 1.48 s
+    fixed: OK: 3 ranks in 1.53 s
       expected: ok, = single-process reference -> as documented
 """
 import torch

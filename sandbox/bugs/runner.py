@@ -1,0 +1,63 @@
+"""The catalogue's runner: one variant of a bug on N real ranks, held against what its module documents.
+
+`python -m sandbox.repro`, the labs (`sandbox.lab`), the docs build (through repro's --json), tools/ and the tests
+all run a bug through `run_variant`, so a variant is run, and judged, one way everywhere. A learner's fix runs the
+same way, as the fixed variant with the learner's function in place of the module's `fixed`.
+
+Importing this imports neither torch nor the launcher: both come with the first run.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, NamedTuple
+
+from sandbox import defaults
+from sandbox.bugs.expectation import unmet_expectations
+
+
+class VariantRun(NamedTuple):
+    """A variant's run and whether it showed what its module documents (`why_not`: what it did not show)."""
+    result: Any            # sandbox.result.RunResult
+    as_documented: bool
+    why_not: list[str]
+
+
+class FixNotSendable(ValueError):
+    """A learner's function that cannot be pickled to the ranks (it holds a lock, a socket, an open file...)."""
+
+
+def options(bug, n: int, gpu: bool = False) -> dict:
+    """The keyword arguments every rank's variant gets: chosen once, in the parent, by the module's `options()`
+    (free ports, sizes for n ranks); none for a module without one."""
+    mod = importlib.import_module(bug.module)
+    return mod.options(n, gpu) if hasattr(mod, "options") else {}
+
+
+def run_variant(bug, variant: str, n: int, *, gpu: bool = False, debug: str | None = None,
+                fix: Callable | None = None, **launch_options) -> VariantRun:
+    """Run `variant` ("broken" or "fixed") of `bug` on `n` ranks (one GPU each, on NCCL, with `gpu`) and hold the
+    result against the variant's documented expectation. `debug` is a TORCH_DISTRIBUTED_DEBUG level ("OFF" or
+    None: unset). `fix`: a function run on every rank in place of the module's own `variant`, with the same
+    keyword arguments (a learner's fix, judged as the fixed variant). Raises FixNotSendable for a fix that cannot
+    reach the ranks, and sandbox.launcher.Interrupted after Ctrl-C (its `result` is the run so far)."""
+    from sandbox.bugs import _entry
+    from sandbox.launcher import launch
+
+    if variant not in ("broken", "fixed"):
+        raise ValueError(f"variant is 'broken' or 'fixed', not {variant!r}.")
+    level = defaults.debug_env(debug).get("TORCH_DISTRIBUTED_DEBUG")
+    res = launch(_entry.run, world_size=n, args=(bug.module, variant, options(bug, n, gpu), _pickled(fix)),
+                 gpu=gpu, debug=level, timeout=bug.timeout, preload=[bug.module], **launch_options)
+    why = unmet_expectations(bug.expect(variant, gpu), res, debug=level is not None)
+    return VariantRun(res, not why, why)
+
+
+def _pickled(fix: Callable | None) -> bytes | None:
+    if fix is None:
+        return None
+    try:
+        import cloudpickle  # a function typed into a notebook cell travels by value, an importable one by name
+
+        return cloudpickle.dumps(fix)
+    except Exception as e:  # noqa: BLE001  whatever pickling raises, something the function holds is the cause
+        raise FixNotSendable(f"{getattr(fix, '__name__', fix)!s} cannot be sent to the ranks: {e}.") from e
