@@ -1,26 +1,44 @@
-"""What the command lines (`python -m sandbox.run`, `python -m sandbox.repro`) share: how bad input is answered,
-how numbers and debug levels are read, `-v`, and what Ctrl-C does.
+"""What the command lines (`python -m sandbox.run`, `repro`, `bench`, `diagnose`) share: how bad input is answered,
+how numbers, debug levels and picture names are read, `-v`, what Ctrl-C does, and the one prefix of a command's
+messages.
 
 A user's mistake is one sentence and exit code 2, never a usage dump or a traceback; Ctrl-C anywhere is one line
-and exit code 130. Nothing here imports torch, so `--help` and usage errors answer at once.
+and exit code 130. Every message a command prints starts with its name (`sandbox.run: ...`, see `name`), whoever
+prints it: the parser, the command, or the Ctrl-C guard. Nothing here imports torch, so `--help` and usage errors
+answer at once.
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import math
+import os
 import sys
+import time
 from typing import Callable
 
+from sandbox import defaults
+
 DEBUG_LEVELS = ("DETAIL", "INFO", "OFF")  # TORCH_DISTRIBUTED_DEBUG's values, in PyTorch's own spelling
-INTERRUPTED = 130                         # 128 + SIGINT, what a shell reports for Ctrl-C
+INTERRUPTED = defaults.interrupted_exit()  # 130: what a shell reports for Ctrl-C
+
+
+def name(prog: str) -> str:
+    """The prefix of every message of a command: 'sandbox.run' for the 'python -m sandbox.run' its usage shows."""
+    return prog.removeprefix("python -m ").strip()
+
+
+def say(prog: str, message: str) -> None:
+    """One line on stderr, headed by the command's name: 'sandbox.run: no such script: x.py'."""
+    print(f"{name(prog)}: {message}", file=sys.stderr)
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one sentence on stderr and exit code 2."""
+    """An argument parser whose errors are one sentence on stderr and exit code 2. Its `prog` ('python -m
+    sandbox.run') is how the usage line says to run it; its errors are headed by the command's `name`."""
 
     def error(self, message):
-        print(f"{self.prog}: {message} (see --help)", file=sys.stderr)
+        say(self.prog, f"{message} (see --help)")
         sys.exit(2)
 
 
@@ -48,6 +66,23 @@ def positive_seconds(text: str) -> float:
     return v
 
 
+PICTURES = (".png", ".svg", ".pdf")  # what matplotlib writes without extra packages
+
+
+def picture_path(text: str) -> str:
+    """A file to save a picture in (--timeline): a .png, .svg or .pdf name in a folder that exists. Checked while the
+    arguments are read, so a name that cannot be written is refused before the run, not after it."""
+    ext = os.path.splitext(text)[1].lower()
+    if ext not in PICTURES:
+        raise argparse.ArgumentTypeError(f"wants a .png, .svg or .pdf file name, not {text!r}")
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist ({folder})")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in the folder of {text!r} ({folder})")
+    return text
+
+
 def debug_level(text: str) -> str:
     """TORCH_DISTRIBUTED_DEBUG's level in any case ('detail', 'Detail', 'DETAIL'), returned as PyTorch spells it."""
     v = text.upper()
@@ -61,20 +96,35 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", type=debug_level, choices=DEBUG_LEVELS,
                    help="set TORCH_DISTRIBUTED_DEBUG in the ranks (any case)")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="show the sandbox's own steps (start, fork, hang rule, stacks, teardown) on stderr")
+                   help="show the sandbox's own steps (start, fork, hang rule, stacks, teardown) on stderr, each "
+                        "with the seconds since the start")
+
+
+class _Elapsed(logging.Formatter):
+    """'sandbox: +0.412 s zygote started': each line says how long after the start it came, so a reader sees where
+    the seconds go. The clock starts when -v is turned on (at the start of the command, or of the cell)."""
+
+    def __init__(self):
+        super().__init__()
+        self.start = time.monotonic()
+
+    def format(self, record):
+        return f"sandbox: +{time.monotonic() - self.start:.3f} s {record.getMessage()}"
 
 
 def setup_logging(verbose: bool) -> None:
-    """With -v, the INFO lines of the `sandbox.*` loggers go to stderr as 'sandbox: ...'. The handler sits on the
-    `sandbox` logger, not the root, so other libraries' records keep their own level and are not labelled ours."""
+    """With -v, the INFO lines of the `sandbox.*` loggers go to stderr as 'sandbox: +0.412 s ...'. The handler sits
+    on the `sandbox` logger, not the root, so other libraries' records keep their own level and are not labelled
+    ours. Each call with -v restarts the clock (a notebook's next cell is timed from its own start)."""
     if not verbose:
         return
     log = logging.getLogger("sandbox")
-    if not any(getattr(h, "sandbox_cli", False) for h in log.handlers):  # once, however often it is called
+    handler = next((h for h in log.handlers if getattr(h, "sandbox_cli", False)), None)
+    if handler is None:  # once, however often it is called
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("sandbox: %(message)s"))
         handler.sandbox_cli = True
         log.addHandler(handler)
+    handler.setFormatter(_Elapsed())
     log.setLevel(logging.INFO)
     log.propagate = False  # shown once, here, even where the root logger has a handler too
 
@@ -84,5 +134,5 @@ def guarded(main: Callable[[], int], prog: str) -> int:
     try:
         return main()
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted.", file=sys.stderr)
+        say(prog, "interrupted.")
         return INTERRUPTED

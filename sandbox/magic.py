@@ -10,20 +10,23 @@
 
 Options as `python -m sandbox.run`'s: -n N, --hang-after S, --timeout S, --gpu, --debug DETAIL, --trace-dir DIR,
 -v; `--timeline` shows the picture of every rank's calls under the report. The cell is a script with torchrun's
-environment: it calls init_process_group itself. Call sites and tracebacks name it `<cell>`, with the cell's own
-line numbers (the %%sandbox line is line 1). The RunResult is left in `_sandbox` for the next cell. A bad option
-is one sentence; Ctrl-C (interrupting the kernel) ends the run and shows where every rank was.
+environment: it calls init_process_group itself. Call sites, tracebacks, stacks and warnings name it `<cell>`,
+with the cell's own line numbers (the %%sandbox line is line 1). The RunResult is left in `_sandbox` for the next
+cell. A bad option is one sentence; a cell that does not compile is its SyntaxError, once, before any rank starts;
+Ctrl-C (interrupting the kernel) ends the run and shows where every rank was. Defaults: `sandbox.defaults`.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import os
 import shlex
 import sys
 import tempfile
+import traceback
 
-from sandbox import cli
+from sandbox import _paths, cli, defaults
 
 CELL = "<cell>"
 RESULT_NAME = "_sandbox"
@@ -51,10 +54,11 @@ def parser() -> argparse.ArgumentParser:
                    help="number of ranks (default 2)")
     p.add_argument("--timeline", action="store_true", help="show a picture of every rank's calls over time")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL); needs as many GPUs as ranks")
-    p.add_argument("--hang-after", type=cli.positive_seconds, default=1.0, metavar="S",
-                   help="call it a hang when every live rank has been stuck this long (default 1)")
-    p.add_argument("--timeout", type=cli.positive_seconds, default=300.0, metavar="S",
-                   help="stop the run after this many seconds (default 300)")
+    p.add_argument("--hang-after", type=cli.positive_seconds, default=defaults.HANG_AFTER_S, metavar="S",
+                   help="call it a hang when every live rank has been stuck this long "
+                        f"(default {defaults.HANG_AFTER_S:g})")
+    p.add_argument("--timeout", type=cli.positive_seconds, default=defaults.RUN_TIMEOUT_S, metavar="S",
+                   help=f"stop the run after this many seconds (default {defaults.RUN_TIMEOUT_S:g})")
     p.add_argument("--trace-dir", metavar="DIR", help="keep each rank's trace, log and stack in DIR")
     cli.add_common(p)
     return p
@@ -89,6 +93,11 @@ def run_cell(line: str, cell: str, ip=None):
     if not cell.strip():
         print("%%sandbox: the cell is empty: type the code every rank runs under the %%sandbox line.", file=sys.stderr)
         return None
+    source = "\n" + cell  # one blank line for the %%sandbox line: the file's line numbers are the cell's
+    bad = _syntax_error(source)
+    if bad is not None:
+        sys.stderr.write(bad)
+        return None
     cli.setup_logging(a.verbose)
 
     from sandbox.lab import show_result
@@ -97,10 +106,10 @@ def run_cell(line: str, cell: str, ip=None):
     with tempfile.TemporaryDirectory(prefix="sandbox-cell-") as d:
         path = os.path.join(d, "cell.py")
         with open(path, "w", encoding="utf-8") as f:
-            f.write("\n" + cell)  # one blank line for the %%sandbox line: the file's line numbers are the cell's
+            f.write(source)
         try:
             res = run_script(path, world_size=a.n, hang_after=a.hang_after, timeout=a.timeout, gpu=a.gpu,
-                             debug=a.debug if a.debug and a.debug != "OFF" else None, trace_dir=a.trace_dir)
+                             debug=a.debug, trace_dir=a.trace_dir)
         except UsageError as e:
             print(f"%%sandbox: {e}", file=sys.stderr)
             return None
@@ -113,34 +122,44 @@ def run_cell(line: str, cell: str, ip=None):
     return res
 
 
+def _syntax_error(source: str) -> str | None:
+    """The cell's SyntaxError as Python shows it (`File "<cell>", line 3`), or None when it compiles: found here,
+    before any rank starts, not N times inside the ranks."""
+    try:
+        compile(source, CELL, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:  # ValueError: null bytes, on Pythons older than 3.12
+        return "".join(traceback.format_exception_only(type(e), e))
+    return None
+
+
 def relabel(res, path: str, label: str):
-    """The result with every mention of the cell's temporary file (call sites, tracebacks, the diagnosis, output)
-    replaced by `label`: the file is gone once the run is over."""
-    names = [path]
-    rel = os.path.relpath(path)
-    if not rel.startswith(".."):  # the sandbox shows paths below the working directory relative to it
-        names.append(rel)
+    """The result with every mention of the cell's temporary file replaced by `label`, wherever it is: call sites,
+    tracebacks, stacks, the diagnosis, the contract warnings, the events, the output (the file is gone once the run
+    is over). Results are frozen: this builds changed copies, field by field, with dataclasses.replace."""
+    # as the sandbox may show it: whole, resolved, or relative (to the project or the working directory), the
+    # longest first, so no name is left half-replaced
+    names = sorted({path, os.path.realpath(path), _paths.shown_path(path), os.path.relpath(path)} - {"."},
+                   key=len, reverse=True)
 
     def fix(x):
+        if isinstance(x, enum.Enum):  # a verdict or an outcome: a string, but one of a closed set
+            return x
         if isinstance(x, str):
             for name in names:
                 x = x.replace(name, label)
             return x
         if isinstance(x, dict):
-            return {k: fix(v) for k, v in x.items()}
+            return {fix(k): fix(v) for k, v in x.items()}
         if isinstance(x, list):
             return [fix(v) for v in x]
-        if isinstance(x, tuple):
+        if type(x) is tuple:  # a named tuple would want its fields by name: none in a result carries a path
             return tuple(fix(v) for v in x)
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return dataclasses.replace(x, **{f.name: fix(getattr(x, f.name)) for f in dataclasses.fields(x)
+                                             if f.init and f.name != "value_bytes"})
         return x
 
-    def fields(obj):
-        return {f.name: fix(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if f.name not in ("value_bytes", "ranks", "diagnosis")}
-
-    return dataclasses.replace(
-        res, **fields(res), diagnosis=dataclasses.replace(res.diagnosis, **fields(res.diagnosis)),
-        ranks=[dataclasses.replace(r, **fields(r)) for r in res.ranks])
+    return fix(res)
 
 
 def load(ip) -> None:

@@ -2,13 +2,15 @@
 
     python -m sandbox.run -n 4 train.py --lr 0.1
     python -m sandbox.run -n 4 --json -m mypkg.train
-    python -m sandbox.run -n 2 --hang-after 2 --timeout 60 --timeline hang.png train.py
-    python -m sandbox.run -n 2 -v --debug DETAIL train.py   # -v: what the sandbox itself does, on stderr
+    python -m sandbox.run -n 2 --hang-after 2 --timeout 60 --timeline hang.png --stacks train.py
+    python -m sandbox.run -n 2 -v --debug DETAIL train.py   # -v: what the sandbox itself does, timed, on stderr
 
 Every rank gets the environment torchrun gives (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, GROUP_RANK, TORCHELASTIC_*), so a script that runs under torchrun runs here unchanged.
-Exit code: 0 when every rank succeeded, 1 when the run failed, hung or timed out, 2 on a usage error,
-130/143 when interrupted (Ctrl-C at any moment: one line, never a traceback).
+A script (or -m module) that does not compile is reported once, as Python reports it, before any rank starts.
+Exit code: 0 when every rank succeeded, 1 when the run failed, hung or timed out (or the script does not compile,
+or with --strict it broke a contract: the report's last line says so), 2 on a usage error, 130/143 when
+interrupted (Ctrl-C at any moment: one line, never a traceback).
 """
 from __future__ import annotations
 
@@ -18,24 +20,32 @@ import os
 import signal
 import sys
 import threading
+import traceback
 
-from sandbox import cli
+from sandbox import cli, defaults
+
+PROG = "python -m sandbox.run"
 
 
-def parser(prog: str = "python -m sandbox.run") -> argparse.ArgumentParser:
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = cli.Parser(prog=prog, description="Run a script as N ranks on this machine and diagnose hangs and failures.")
     p.add_argument("-n", "--nproc", dest="n", type=cli.positive_int, default=2, metavar="N",
                    help="number of ranks (default 2)")
-    p.add_argument("--hang-after", type=cli.positive_seconds, default=1.0, metavar="S",
-                   help="call it a hang when every live rank has been stuck this long in calls nobody can complete (default 1)")
-    p.add_argument("--timeout", type=cli.positive_seconds, default=300.0, metavar="S",
-                   help="stop the run after this many seconds (default 300)")
+    p.add_argument("--hang-after", type=cli.positive_seconds, default=defaults.HANG_AFTER_S, metavar="S",
+                   help="call it a hang when every live rank has been stuck this long in calls nobody can complete "
+                        f"(default {defaults.HANG_AFTER_S:g})")
+    p.add_argument("--timeout", type=cli.positive_seconds, default=defaults.RUN_TIMEOUT_S, metavar="S",
+                   help=f"stop the run after this many seconds (default {defaults.RUN_TIMEOUT_S:g})")
     p.add_argument("--json", action="store_true", help="print the result as JSON (the contract in the README)")
     p.add_argument("--trace-dir", metavar="DIR", help="keep each rank's trace, log and stack in DIR")
-    p.add_argument("--timeline", metavar="FILE", help="save a picture of every rank's calls over time (.png, .svg)")
+    p.add_argument("--timeline", type=cli.picture_path, metavar="FILE",
+                   help="save a picture of every rank's calls over time (.png, .svg, .pdf)")
+    p.add_argument("--stacks", action="store_true",
+                   help="after the report, print the Python stack of every rank the sandbox ended (hung or stopped)")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL); needs as many GPUs as ranks")
     p.add_argument("--strict", action="store_true",
-                   help="exit 1 when the run broke a contract, even if it finished (for CI: see the warnings)")
+                   help="exit 1 when the run broke a contract, even if it finished (for CI: the report's last "
+                        "line says so)")
     cli.add_common(p)
     p.add_argument("--live", choices=["auto", "on", "off"], default="auto",
                    help="print rank output as it comes (auto: when stderr is a terminal)")
@@ -51,8 +61,47 @@ def _preload_report() -> None:
         import sandbox.report  # noqa: F401
         import rich.console  # noqa: F401
         import rich.table  # noqa: F401
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001  only a head start: the report imports them itself, and says what failed
         pass
+
+
+def syntax_error(path: str, shown: str | None = None) -> str | None:
+    """Python's own report of the syntax error in the script at `path` (its file, line, the line and a caret),
+    or None when it compiles or cannot be read (the run then says what is wrong with it). Checked here, before any
+    rank starts: N ranks would each print the same error, wrapped in the sandbox's frames."""
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError:  # no such script, a folder: the launcher's own check answers that in one sentence
+        return None
+    try:
+        compile(source, shown or path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:  # ValueError: null bytes, on Pythons older than 3.12
+        return "".join(traceback.format_exception_only(type(e), e))
+    return None
+
+
+def module_file(name: str) -> str | None:
+    """The file `python -m name` would run (name.py, or a package's __main__.py), found where the ranks look (the
+    working directory first, then sys.path) without importing anything; None when it is not a plain file there."""
+    parts = name.split(".")
+    for base in [os.getcwd(), *sys.path]:
+        stem = os.path.join(base or os.curdir, *parts)
+        for path in (stem + ".py", os.path.join(stem, "__main__.py")):
+            if os.path.isfile(path):
+                return os.path.abspath(path)
+    return None
+
+
+def stacks(res) -> str:
+    """The Python stack of every rank the sandbox ended (hung, or stopped because another failed), for --stacks."""
+    parts = []
+    for r in res.ranks:
+        if r.outcome in ("hung", "stopped"):
+            where = f" in {r.pending['call']}" if r.pending and r.pending.get("call") else ""
+            body = (r.stack or "").rstrip() or "  (no stack: it ended before it could dump one)"
+            parts.append(f"rank {r.rank} ({r.outcome}{where}), its Python stack:\n{body}")
+    return "\n\n".join(parts)
 
 
 def main(argv=None) -> int:
@@ -63,8 +112,12 @@ def main(argv=None) -> int:
         p.error("give a script to run (or -m MODULE)")
     if a.module is not None and a.script is not None:
         a.args = [a.script] + a.args
-    if a.timeline and os.path.splitext(a.timeline)[1].lower() not in (".png", ".svg", ".pdf"):
-        p.error(f"--timeline wants a .png, .svg or .pdf file name, not {a.timeline}")
+    source = a.script if a.module is None else module_file(a.module)
+    if source is not None:
+        bad = syntax_error(source)
+        if bad is not None:
+            sys.stderr.write(bad)
+            return 1
 
     from sandbox.launcher import Interrupted, UsageError, run_script
 
@@ -77,36 +130,45 @@ def main(argv=None) -> int:
             sys.stderr.flush()
 
     def on_term(signum, frame):  # outside the run itself (which handles SIGTERM like Ctrl-C): exit as killed
-        raise SystemExit(128 + signum)
+        raise SystemExit(defaults.interrupted_exit(signum))
 
     signal.signal(signal.SIGTERM, on_term)
     threading.Thread(target=_preload_report, daemon=True).start()
+    strict_fail = False
     try:
         res = run_script(a.module or a.script, a.args, world_size=a.n, module=a.module is not None,
                          hang_after=a.hang_after, timeout=a.timeout, trace_dir=a.trace_dir, gpu=a.gpu,
                          debug=a.debug, on_output=echo if live else None)
-        code = 0 if res.ok and not (a.strict and res.warnings) else 1
+        strict_fail = res.ok and a.strict and bool(res.warnings)
+        code = 0 if res.ok and not strict_fail else 1
     except UsageError as e:
-        print(f"sandbox.run: {e}", file=sys.stderr)
+        cli.say(PROG, str(e))
         return 2
     except Interrupted as e:
         res = e.result
-        code = 128 + e.signal
+        code = defaults.interrupted_exit(e.signal)
     from sandbox import report
 
     if a.timeline:
         try:
             report.timeline(res, a.timeline)
-        except Exception as e:  # noqa: BLE001
-            print(f"sandbox.run: no timeline: {e}", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001  the run's verdict stands without its picture: say why it is missing
+            cli.say(PROG, f"no timeline: {e}")
     if a.json:
         print(json.dumps(res.to_dict()))
-    else:
-        report.print_result(res, logs=not live)
-        if a.timeline and os.path.exists(a.timeline):
-            print(f"timeline: {a.timeline}")
+        return code
+    report.print_result(res, logs=not live)
+    if a.stacks and stacks(res):
+        print()
+        print(stacks(res))
+    if a.timeline and os.path.exists(a.timeline):
+        print(f"timeline: {a.timeline}")
+    if strict_fail:  # the headline says OK: the last line says why the exit code is not 0
+        n = len(res.warnings)
+        print()
+        print(f"--strict: {n} contract warning{'s' if n != 1 else ''}, exit code 1")
     return code
 
 
 if __name__ == "__main__":
-    sys.exit(cli.guarded(main, "sandbox.run"))
+    sys.exit(cli.guarded(main, PROG))

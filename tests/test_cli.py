@@ -1,4 +1,5 @@
 """`python -m sandbox.run` as a user runs it: the JSON contract, torchrun's environment, exit codes, bad input."""
+import argparse
 import json
 import os
 import re
@@ -60,8 +61,8 @@ def test_terminal_report_order(clean):
     lines = p.stdout.splitlines()
     assert lines[0].startswith("HANG [p2p_cycle]: 2 ranks in")
     assert "\x1b[" not in p.stdout  # NO_COLOR honoured
-    text = p.stdout
-    assert text.index("outcome") < text.index("Point-to-point cycle") 
+    assert lines[1].startswith("Point-to-point cycle: rank 0 blocks in send to rank 1")  # the verdict's why, next
+    assert p.stdout.index("Point-to-point cycle") < p.stdout.index("outcome")  # then the table of ranks
 
 
 def test_torchrun_environment_and_args(tmp_path, clean):
@@ -134,7 +135,8 @@ BAD = [
     (["--timeout", "soon", "x.py"], "'soon' is not a number"),
     (["--debug", "loud", "x.py"], "'loud' is not one of DETAIL, INFO, OFF"),
     ([], "give a script"),
-    (["--timeline", "out.txt", "EX/allreduce.py"], "--timeline wants"),
+    (["--timeline", "out.txt", "EX/allreduce.py"], "--timeline: wants a .png, .svg or .pdf file name, not 'out.txt'"),
+    (["--timeline", "no/such/t.png", "EX/allreduce.py"], "--timeline: the folder of 'no/such/t.png' does not exist"),
 ]
 
 
@@ -143,9 +145,19 @@ def test_bad_input_is_one_sentence_exit_2(args, says, clean):
     args = [a.replace("EX/", EX + "/") for a in args]
     p = run_cli("sandbox.run", *args)
     assert p.returncode == 2
+    assert p.stdout == ""  # refused before any rank ran: no report
     assert "Traceback" not in p.stderr
     assert says in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_picture_path_wants_a_picture_in_a_folder_that_exists(tmp_path):
+    for name in ("t.png", "t.SVG", "t.pdf"):
+        assert cli.picture_path(str(tmp_path / name)) == str(tmp_path / name)
+    assert cli.picture_path("t.png") == "t.png"  # the current folder
+    for bad in (str(tmp_path / "t.txt"), str(tmp_path / "t"), str(tmp_path / "missing" / "t.png")):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cli.picture_path(bad)
 
 
 @pytest.mark.parametrize("args,says", [
@@ -193,7 +205,9 @@ def test_verbose_shows_the_sandboxs_own_steps_only():
                 "logging.getLogger('urllib3').info('not the sandbox')\n"
                 "logging.getLogger('urllib3').warning('a warning of another library')\n")
     assert p.returncode == 0, p.stderr
-    assert p.stderr.splitlines() == ["sandbox: zygote started", "a warning of another library"]
+    ours, theirs = p.stderr.splitlines()
+    assert re.fullmatch(r"sandbox: \+\d\.\d{3} s zygote started", ours), ours  # once, and when
+    assert theirs == "a warning of another library"
 
 
 def test_debug_level_reaches_the_ranks_in_any_case(tmp_path, clean):

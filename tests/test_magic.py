@@ -148,10 +148,12 @@ def test_ctrl_c_ends_the_run_and_shows_it(tmp_path, no_kernel_left):
 
 # ------------------------------------------------------------------------------------------- the HTML, no kernel
 def _result(output: str, summary: str = "Rank 1 raised <ValueError> & stopped.") -> RunResult:
-    ranks = [RankResult(0, "ok", 0, output=output),
-             RankResult(1, "error", 1, error={"type": "ValueError", "message": "<b>", "site": "x.py:3"},
+    ranks = [RankResult(rank=0, outcome="ok", exit_code=0, output=output),
+             RankResult(rank=1, outcome="error", exit_code=1,
+                        error={"type": "ValueError", "message": "<b>", "site": "x.py:3"},
                         output="<script>alert(1)</script>\n")]
-    return RunResult("error", 2, 1.5, Diagnosis(kind="rank_error", cause=summary, culprit_ranks=[1]), ranks)
+    return RunResult(verdict="error", world_size=2, wall_s=1.5,
+                     diagnosis=Diagnosis(kind="rank_error", cause=summary, culprit_ranks=[1]), ranks=ranks)
 
 
 def test_the_html_report_escapes_everything():

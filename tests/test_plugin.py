@@ -1,6 +1,8 @@
 """The pytest plugin (sandbox/pytest_plugin.py), used by this suite as a project would use it: the marked tests'
 bodies run on every sandbox rank. The pytester tests run a marked test file in a pytest of its own, to show how a
 hang, a failing rank and a contract warning fail there."""
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -48,6 +50,23 @@ def test_leaves_the_group():
     dist.barrier()
 
 
+@pytest.mark.sandbox(world_size=4)
+def test_every_rank_asserts():
+    t = torch.ones(1) * dist.get_rank()
+    dist.all_reduce(t)
+    assert t.item() == 4.0
+
+
+def _needs_five(x):
+    assert x == 5
+
+
+class TestInAClass:
+    @pytest.mark.sandbox(world_size=2)
+    def test_helper_asserts(self):
+        _needs_five(dist.get_rank() + 10)
+
+
 @pytest.mark.sandbox(world_size=2, colour="red")
 def test_bad_option():
     pass
@@ -56,13 +75,20 @@ def test_bad_option():
 
 def test_failures_carry_the_sandbox_s_diagnosis(pytester):
     pytester.makepyfile(test_inner=INNER)
-    r = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
-    r.assert_outcomes(passed=1, failed=3)
+    r = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-rN")  # -rN: no summary repeating headlines
+    r.assert_outcomes(passed=1, failed=5)
     out = r.stdout.str()
+    assert out.count("HANG [collective_mismatch]: 4 ranks") == 1, out  # the headline once, as "sandbox: HANG ..."
     assert "sandbox: HANG [collective_mismatch]: 4 ranks" in out
     assert "ranks 0, 1 and 3 call all_reduce" in out and "rank 2 calls broadcast" in out
     assert "sandbox: ERROR [rank_error]: 2 ranks" in out and "AssertionError: only rank 0 may be here" in out
     assert "@pytest.mark.sandbox takes world_size and" in out and "colour" in out
+    # pytest's assertion introspection, on every rank: the ranks run the test file as pytest rewrote it
+    assert out.count("ERROR [rank_error]: 4 ranks") == 1, out
+    for rank in range(4):
+        assert f"[rank {rank}] AssertionError: assert 6.0 == 4.0" in out, out
+    assert "[rank 0] AssertionError: assert 10 == 5" in out and "[rank 1] AssertionError: assert 11 == 5" in out
+    assert f"{os.sep}sandbox{os.sep}" not in out  # no frame of the sandbox's own in a traceback
 
 
 def test_strict_fails_a_run_that_broke_a_contract(pytester):
