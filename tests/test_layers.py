@@ -1,5 +1,6 @@
 """The package's layering, read from the source with `ast` (nothing is imported): no import cycle among sandbox's
-modules, counting imports inside functions too, and no module reaching for another's private names."""
+modules, counting imports inside functions too, no import that runs up a layer, and no module reaching for
+another's private names."""
 import ast
 import os
 
@@ -80,11 +81,81 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
+# The layers, lowest first. A module may import its own layer and the ones below, never one above: data does not
+# depend on its drawing, the engine not on a command line, the library not on a CLI. A module is placed by its
+# longest listed prefix (`sandbox.trace` holds `sandbox.trace.ops`); every module must be placed.
+LAYERS = [
+    ("foundations: torch-free facts and plumbing",
+     ["sandbox._paths", "sandbox.defaults", "sandbox.calls", "sandbox.events", "sandbox._proc", "sandbox.channel"]),
+    ("words and the one judge: torch-free", ["sandbox.words", "sandbox.branches", "sandbox.result", "sandbox.diagnose",
+                                             "sandbox.contracts", "sandbox.policy"]),
+    ("inside a rank", ["sandbox.trace", "sandbox.rank", "sandbox._zygote", "sandbox.simulate", "sandbox.primitives",
+                       "sandbox.models"]),
+    ("the engine: start, watch, stop, assemble", ["sandbox.launcher", "sandbox._run", "sandbox.warm"]),
+    ("drawing a result", ["sandbox.report"]),
+    ("the library: the catalogue and its runner, the labs", ["sandbox.bugs", "sandbox.lab"]),
+    ("front doors", ["sandbox", "sandbox.cli", "sandbox.run", "sandbox.repro", "sandbox.bench", "sandbox.magic",
+                     "sandbox.pytest_plugin", "sandbox.diagnose.__main__"]),
+]
+# Imports up a layer that are allowed, each inside a function and each for a reason.
+UPWARD_ALLOWED = {
+    ("sandbox.result", "sandbox.report"): "a result draws itself in Jupyter (_repr_html_), importing the drawing "
+                                          "only when asked",
+}
+
+
+def layer_of(mod: str) -> int | None:
+    best = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (mod == p or (p != "sandbox" and mod.startswith(p + "."))) and (best is None or len(p) > len(best[1])):
+                best = (i, p)
+    return None if best is None else best[0]
+
+
+def upward_imports(modules: dict[str, str]) -> list[str]:
+    bad = []
+    for mod, path in sorted(modules.items()):
+        me = layer_of(mod)
+        if me is None:
+            bad.append(f"{mod} is in no layer: place it in LAYERS")
+            continue
+        tree = ast.parse(open(path).read(), path)
+        top_level = {id(n) for n in tree.body}
+        for dep, _, line in _imports(path):
+            if dep not in modules or dep == "sandbox" or dep == mod:
+                continue
+            them = layer_of(dep)
+            if them is not None and them > me:
+                allowed = any(mod.startswith(a) and (dep == b or dep.startswith(b + "."))
+                              for a, b in UPWARD_ALLOWED)
+                at_top = any(getattr(n, "lineno", None) == line and id(n) in top_level for n in tree.body)
+                if not allowed or at_top:
+                    bad.append(f"{mod}:{line} imports {dep}: {LAYERS[me][0]!r} may not use {LAYERS[them][0]!r}")
+    return bad
+
+
+def test_no_import_runs_up_a_layer():
+    assert upward_imports(MODULES) == []
+
+
+def test_an_upward_import_is_caught(tmp_path):
+    """The check's twin: a torch-free judge module that imports the launcher fails it."""
+    low = tmp_path / "policy.py"
+    low.write_text("from sandbox.launcher import launch\n")
+    high = tmp_path / "launcher.py"
+    high.write_text("from sandbox import policy\n")
+    bad = upward_imports({"sandbox.policy": str(low), "sandbox.launcher": str(high)})
+    assert bad == ["sandbox.policy:1 imports sandbox.launcher: 'words and the one judge: torch-free' may not use "
+                   "'the engine: start, watch, stop, assemble'"]
+
+
 def test_the_trace_reader_and_the_judge_do_not_import_torch():
     g = _graph()
-    torch_free = ["sandbox.events", "sandbox.words", "sandbox.result", "sandbox.diagnose", "sandbox.policy",
+    torch_free = ["sandbox.defaults", "sandbox.events", "sandbox.words", "sandbox.result", "sandbox.diagnose", "sandbox.policy",
                   "sandbox.channel", "sandbox.launcher", "sandbox.bugs"]
     for mod in torch_free:
+        assert mod in g, f"{mod} is gone: update this list"
         seen, todo = set(), [mod]
         while todo:
             m = todo.pop()
