@@ -192,7 +192,12 @@ def visible_gpus() -> int:
 # `pytest -m "not slow"` leaves them out for a quick answer while working; the README's command and CI run all.
 SLOW_MODULES = {"test_docs", "test_browser", "test_labs", "test_hygiene", "test_interrupt", "test_torchrun",
                 "test_plugin", "test_warm", "test_readme"}
-SLOW_TESTS = set()  # single tests elsewhere that start a kernel or run long: "module::name"
+SLOW_TESTS = {  # single tests elsewhere that start a kernel or measure at length: "module::name"
+    "test_api::test_from_a_jupyter_kernel", "test_magic::test_the_magic_in_a_notebook",
+    "test_magic::test_ctrl_c_ends_the_run_and_shows_it", "test_lab::test_a_fix_typed_into_a_notebook_cell",
+    "test_startup::test_the_preload_is_what_a_training_script_imports_lazily", "test_bench::test_advice_run",
+    "test_contracts::test_no_warning_on_a_long_correct_data_parallel_loop",
+}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,6 +2,7 @@
 torch, torch.distributed` (measured: `torch._dynamo`, from DDP's constructor and the first optimizer step), so the
 ranks do not each pay for it; importing it starts no thread, so forking after it is safe; a job that does not need it
 does not pay for it; and SANDBOX_PRELOAD=0 turns it off."""
+import importlib.util
 import json
 import os
 import pickle
@@ -14,34 +15,16 @@ import pytest
 from conftest import ROOT, run_cli
 from sandbox import _zygote as zygote
 
-# a small, typical training script: DDP over a tiny model, an optimizer, a DataLoader with a DistributedSampler,
-# backward, step, torch.save of a state_dict
-DDP_SCRIPT = textwrap.dedent("""\
-    import os, sys
-    import torch
-    import torch.distributed as dist
-    import torch.nn as nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.utils.data import DataLoader, TensorDataset
-    from torch.utils.data.distributed import DistributedSampler
-
-    print("PRELOADED", "torch._dynamo" in sys.modules, flush=True)  # before the user's first DDP and optimizer
-    dist.init_process_group("gloo")
-    torch.manual_seed(0)
-    model = DDP(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = TensorDataset(torch.randn(64, 16), torch.randn(64, 1))
-    for step, (x, y) in enumerate(DataLoader(data, batch_size=8, sampler=DistributedSampler(data))):
-        loss = nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step == 2:
-            break
-    if dist.get_rank() == 0:
-        torch.save(model.module.state_dict(), os.path.join(os.path.dirname(os.path.abspath(__file__)), "ckpt.pt"))
-    dist.destroy_process_group()
-""")
+# the DDP script benchmarks/core.py times (a tiny model, an optimizer, a DataLoader with a DistributedSampler,
+# backward, step, torch.save of a state_dict), saying first whether the preload is in place
+_spec = importlib.util.spec_from_file_location("bench_core", os.path.join(ROOT, "benchmarks", "core.py"))
+_core = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_core)
+DDP_SCRIPT = _core.DDP_JOB.replace(
+    'dist.init_process_group("gloo")\n',
+    'import sys\nprint("PRELOADED", "torch._dynamo" in sys.modules, flush=True)  # before its first DDP and optimizer\n'
+    'dist.init_process_group("gloo")\n', 1)
+assert "PRELOADED" in DDP_SCRIPT, "benchmarks/core.py's DDP_JOB no longer starts its group as this test expects"
 
 # in one plain process: what the script imports after torch and torch.distributed, with or without the preload
 # imported first, and whether the preload started a thread (OS threads included, not only Python's)
