@@ -115,7 +115,9 @@ def op_of(p: Mapping) -> str | None:
 
 
 def is_collective(p: Mapping) -> bool:
-    return op_of(p) in COLLECTIVES
+    """A collective of its group's sequence (`coll`: one the recorder saw that has no public function, e.g.
+    `_broadcast_coalesced`'s parts)."""
+    return op_of(p) in COLLECTIVES or bool(p.get("coll"))
 
 
 def p2p_direction(p: Mapping) -> str | None:
@@ -216,6 +218,25 @@ def split_culprits(calls: Mapping[int, Mapping]) -> list[int]:
     wrong = {r: sum(not _splits_agree(p, q) for s, q in calls.items() if s != r) for r, p in calls.items()}
     most = max(wrong.values(), default=0)
     return sorted(r for r, n in wrong.items() if n == most) if most else []
+
+
+def split_pairs(calls: Mapping[int, Mapping]) -> list[tuple[int, int, int, int]]:
+    """(sender, receiver, elements sent, elements the receiver expects from it) for every pair of ranks whose
+    splits disagree, in rank order."""
+    out = []
+    for a, p in sorted(calls.items()):
+        for b, q in sorted(calls.items()):
+            group = p.get("group")
+            if a == b or not p.get("splits") or not q.get("splits") or not group:
+                continue
+            try:
+                ia, ib = list(group).index(a), list(group).index(b)
+                sent, expected = p["splits"][0][ib], q["splits"][1][ia]
+            except (ValueError, IndexError, TypeError):  # splits of another length: no pair to name
+                continue
+            if sent != expected:
+                out.append((a, b, sent, expected))
+    return out
 
 
 def disagreements(calls: Mapping[int, Mapping], level: str) -> list[str]:

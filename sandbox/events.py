@@ -12,7 +12,8 @@ its stack or ended by torchrun's SIGTERM). `meta.json` names the format and its 
 Events (every one has "ev", "rank" and "t", seconds since the epoch):
 
 - `hello`: the rank started tracing. `pid`, `host`, `torch` (version), `format` (FORMAT_VERSION), `world_size`,
-  `local_rank`; under torchrun also `group_rank` and `launcher`.
+  `local_rank`, `flight` (its Flight Recorder is on and dumped on SIGUSR2: `sandbox.trace.recorder`); under
+  torchrun also `group_rank` and `launcher`.
 - `enter`: a torch.distributed call starts. Written before the call can block, so it survives a hang or a kill.
   - `id`: the call's number in this rank, unique and increasing (also across threads).
   - `op`: the function called (`all_reduce`, `send`, ..., or `wait` for `Work.wait()` on an async op).
@@ -31,6 +32,8 @@ Events (every one has "ev", "rank" and "t", seconds since the epoch):
     of the group, in group-rank order.
   - `root`: the src/dst of a rooted collective (broadcast, reduce, gather, scatter, *_object); `peer`: the other
     rank of a point-to-point op; `tag`: a point-to-point tag other than 0.
+  - `internal`: an asynchronous call made by torch's own code (Join's shadow all_reduce), which waits on its Work
+    in C++, where the tracer sees no wait.
   - `async`: the call returned a Work to wait on later (isend, irecv, async_op=True); such an op stays posted until
     its `wait`. `p2p`: for `batch_isend_irecv`, each op as `{"op", "peer", "shapes"}`.
   - `wait` events add `of` (the op being waited on), `of_id` (its call id) and, for one op of a
@@ -39,6 +42,11 @@ Events (every one has "ev", "rank" and "t", seconds since the epoch):
   - `init_process_group`: `backend`, `init_method`, `endpoint` (host:port it meets at), `world_size`,
     `MASTER_ADDR`, `MASTER_PORT`, `device_id`, `timeout_s`. `new_group`: `ranks` (or "all"), `index` (this rank's
     count of new_group calls), `local_sync` when made with use_local_synchronization.
+  - Calls the Flight Recorder saw and the tracer did not (DDP's gradient all_reduce, made in C++) are added to a
+    rank's track when a run is judged (`sandbox.flight.merge`; they are not written to the trace file): `enter`
+    events with `"lens": "flight"`, an `id` above 10**9, `via` (the framework call they were made under, e.g.
+    "backward()"), and `coll` where the op has no public function. In a group where such calls exist, `seq` is then
+    the backend's sequence number for every call, and a traced call keeps its own count as `pyseq`.
 - `exit`: the call with `id` returned (`op` repeated), or raised (`error`: "Type: message"). With `inflight`: it
   returned to Python but is still running on the GPU (NCCL); a `done` event with the same `id` follows when the
   GPU has finished it. Until then the call is still pending.
@@ -47,6 +55,9 @@ Events (every one has "ev", "rank" and "t", seconds since the epoch):
 - `done`: an in-flight call finished on the GPU.
 - `end`: the rank's own code ended: `outcome` "ok", "error" (with `error`: `type`, `message`, `traceback`,
   `site`) or "exit" (sys.exit with a non-zero `exit_code`). A rank that is killed writes none.
+- `ddp`: a `DistributedDataParallel` is being constructed (written before its constructor runs): `site`, `func`,
+  `params` (`[name, shape]` of each parameter it reduces, in its order: the indices its errors name),
+  `find_unused` (find_unused_parameters).
 - `tracer_error`: the tracer itself failed to describe a call (`op`, `error`); the call ran untraced. With `id`:
   its bookkeeping failed after call `id` returned; that call's `exit` was written all the same.
 """
@@ -251,6 +262,7 @@ class RankTrack:
         self.p2p_site: dict[tuple, str] = {}     # (direction, peer) -> the first such call's site
         self.destroyed = False                   # destroy_process_group returned after the last init
         self.object_devices: list[dict] = []     # object collectives whose objects held tensors: call, sent, got
+        self.ddp: list[dict] = []                # the `ddp` events: DistributedDataParallel constructions
         # recent point-to-point ops in the order this rank posted them: (direction, peer, tag, number, entered,
         # blocking, site), `number` counting the ops of that (direction, peer, tag) from the start: the n-th send
         # from a to b with a tag is matched by b's n-th recv from a with that tag
@@ -269,7 +281,7 @@ class RankTrack:
                 self.inits.append(ev)
             elif op == "new_group":
                 self.new_groups.append(ev)
-            elif op in COLLECTIVES and "seq" in ev:
+            elif is_collective(ev) and op != "wait" and "seq" in ev:
                 key = (ev.get("gname"), ev["seq"])
                 self.by_bucket[key] = ev
                 if isinstance(ev["seq"], int):  # only recent calls matter
@@ -304,6 +316,8 @@ class RankTrack:
                         self.posted[start["id"]] = start
         elif kind == "hello":
             self.hello = ev
+        elif kind == "ddp" and len(self.ddp) < 100:
+            self.ddp.append(ev)
         elif kind == "end":
             self.end = ev
 
@@ -325,7 +339,7 @@ class RankTrack:
             for direction, peer, tag in p2p_ops(start):
                 self.p2p_done[(direction, peer, tag)] = self.p2p_done.get((direction, peer, tag), 0) + 1
                 self.p2p_site.setdefault((direction, peer), start.get("site") or "?")
-        if start["op"] in COLLECTIVES and "seq" in start:
+        if is_collective(start) and start["op"] != "wait" and "seq" in start:
             self.passed[(start.get("gname"), start["seq"])] = not ev.get("error")
 
     @property

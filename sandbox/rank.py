@@ -21,6 +21,7 @@ import traceback
 
 from sandbox import trace
 from sandbox._proc import die_with_parent
+from sandbox.trace import recorder
 
 _prepared: dict = {}
 
@@ -97,7 +98,8 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
     stack = open(os.path.join(run_dir, f"stack-{rank}.txt"), "w")
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a fatal signal leaves its Python stack in the log
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
-    trace.start(os.path.join(run_dir, f"rank-{rank}.jsonl"), rank, world_size=ws, local_rank=rank)
+    armed = recorder.arm(run_dir, rank)  # before the user's code creates a group: the recorder reads its size then
+    trace.start(os.path.join(run_dir, f"rank-{rank}.jsonl"), rank, world_size=ws, local_rank=rank, flight=armed)
     code = run_target(spec, rank)
     try:
         sys.stdout.flush()
@@ -144,12 +146,14 @@ def run_target(spec: dict, rank: int) -> int:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, (int, type(None))):
             print(e.code, file=sys.stderr)
+        recorder.dump(final=True)
         trace.finish("ok" if code == 0 else "exit", exit_code=code)
         _atexit()
         return code
     except BaseException as e:  # noqa: BLE001  the rank's own failure, reported like Python would, then recorded
         shown = trace.user_traceback(e)  # as the user's program would print it: no sandbox frames
         sys.stderr.write(shown)
+        recorder.dump(final=True)
         trace.finish("error", error=_error_fields(e, shown))
         _atexit()
         return 1
@@ -161,6 +165,7 @@ def run_target(spec: dict, rank: int) -> int:
                 cloudpickle.dump(result, f)
         except Exception as e:  # noqa: BLE001  the rank's work is done: an unpicklable value is reported, not a failure
             print(f"sandbox: the return value of rank {rank} could not be pickled: {e}", file=sys.stderr)
+    recorder.dump(final=True)
     trace.finish("ok", exit_code=0)
     _atexit()
     return 0

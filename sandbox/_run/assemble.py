@@ -56,6 +56,7 @@ class Assembling:
         self._note_early_death()
         for t in self.tracks.values():
             t.stack = self._read(f"stack-{t.rank}.txt", skip=self.stack_from.get(t.rank, 0)) or None
+        self.tracks = self._view()  # with the collectives the ranks' Flight Recorders saw (sandbox.flight)
         j = policy.judge(self.tracks, self.stopped_for, timeout=self.settings.timeout, blocked_s=self.detect_s)
         verdict, diag = j.verdict, j.diagnosis
         if self.fatal is not None and self.stopped_for != INTERRUPTED:

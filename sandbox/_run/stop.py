@@ -54,6 +54,8 @@ class Stopping:
         for t in self._live():  # ended by us, or (not forked yet) never to start
             t.ended_by_sandbox = True
         live = [t for t in self._live() if t.pid]
+        if why != INTERRUPTED:
+            self._ask_flight(live)
         if not stacks_taken:
             self._ask_stacks(live, STACK_WAIT_INTERRUPTED_S if why == INTERRUPTED else STACK_WAIT_S)
         self._pump(0)

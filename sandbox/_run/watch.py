@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 
-from sandbox import events, policy
+import dataclasses
+
+from sandbox import events, flight, policy
 from sandbox.events import RankTrack
 
 log = logging.getLogger("sandbox.launcher")
 
 POLL_S = 0.02               # how often the watchdog looks
 STACK_WAIT_S = 1.0          # how long to wait for the ranks' stack dumps before ending them
+FLIGHT_WAIT_S = 0.5         # how long to wait for the ranks' Flight Recorder dumps
 INTERRUPTED = "interrupted"  # why a run was stopped after Ctrl-C or SIGTERM (the verdict of the same name)
 
 
@@ -79,6 +83,31 @@ class Watching:
             return t.pending is not None
         return events.may_block(last)
 
+    def _view(self) -> dict[int, RankTrack]:
+        """The tracks as the judge sees them: the tracer's, merged with what the ranks' Flight Recorders saw
+        (`sandbox.flight.merge`: the collectives made in C++, by DDP's reducer and the like)."""
+        dumps = flight.read_run(self.dir)
+        return flight.merge(self.tracks, dumps) if dumps else self.tracks
+
+    def _ask_flight(self, live: list[RankTrack], wait: float = FLIGHT_WAIT_S) -> None:
+        """SIGUSR2 to every live rank: its recorder thread dumps the recorder (`sandbox.trace.recorder`), even while
+        the rank is blocked in a collective. Waits, bounded, for the new dumps."""
+        self._parse()
+        live = [t for t in live if t.pid and t.hello and t.hello.get("flight")]  # armed: SIGUSR2 is theirs
+        paths = {t.rank: os.path.join(self.dir, f"fr-{t.rank}.pkl") for t in live}
+        before = {r: os.stat(p).st_mtime_ns if os.path.exists(p) else 0 for r, p in paths.items()}
+        for t in live:
+            if t.pid:
+                try:
+                    os.kill(t.pid, signal.SIGUSR2)
+                except ProcessLookupError:  # it ended on its own meanwhile: its own dump is there
+                    paths.pop(t.rank, None)
+        deadline = time.monotonic() + wait
+        while paths and time.monotonic() < deadline:
+            if all(os.path.exists(p) and os.stat(p).st_mtime_ns != before[r] for r, p in paths.items()):
+                break
+            time.sleep(0.01)
+
     def _live(self) -> list[RankTrack]:
         return [t for t in self.tracks.values() if t.exit_code is None]
 
@@ -90,6 +119,7 @@ class Watching:
     def _watch(self) -> None:
         start = last_change = time.monotonic()
         fail_t = None
+        asked, asked_on_failure = start, False
         while not self._over:
             if self.held:
                 log.info("interrupted (signal %d): stopping the run", self.held[0])
@@ -103,11 +133,20 @@ class Watching:
             if fail_t is None and any(t.exit_code not in (None, 0) for t in self.tracks.values()):
                 fail_t = now
             blocked = all(self._may_block(t) for t in self._live())
-            if fail_t is None and not blocked and now - start <= self.settings.timeout:
+            quiet = now - last_change >= self.settings.hang_after and now - asked >= self.settings.hang_after
+            if fail_t is None and not blocked and now - start <= self.settings.timeout and not quiet:
                 continue
             self._parse()
-            d = policy.decide(self.tracks, time.time(), elapsed=now - start, quiet_s=now - last_change,
+            if not blocked and (quiet or (fail_t is not None and not asked_on_failure)):
+                # the traces are quiet, or a rank failed: some ranks may be blocked where the tracer cannot see
+                # (a collective made in C++, such as DDP's gradient all_reduce): ask their Flight Recorders
+                self._ask_flight(self._live())
+                asked, asked_on_failure = time.monotonic(), fail_t is not None
+            view = self._view()
+            d = policy.decide(view, time.time(), elapsed=now - start, quiet_s=now - last_change,
                               failed_since=None if fail_t is None else now - fail_t, settings=self.settings)
+            if d is not None and view is not self.tracks:
+                d = dataclasses.replace(d, provable=False)  # the confirmation step reads the tracer's tracks alone
             if d is not None and d.provable and not self._still_provable(d):
                 last_change = time.monotonic()
                 continue

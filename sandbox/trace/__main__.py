@@ -17,6 +17,7 @@ import sys
 
 from sandbox import rank as rank_runner
 from sandbox import trace
+from sandbox.trace import recorder
 
 
 def main(argv: list[str]) -> int:
@@ -30,10 +31,11 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
     os.makedirs(a.trace_dir, exist_ok=True)
     trace.install()
+    armed = recorder.arm(a.trace_dir, rank)  # the Flight Recorder's dump beside the trace: fr-<RANK>.pkl
     trace.start(os.path.join(a.trace_dir, f"rank-{rank}.jsonl"), rank,
                 world_size=int(os.environ.get("WORLD_SIZE", "1")), local_rank=int(os.environ.get("LOCAL_RANK", "0")),
                 group_rank=os.environ.get("GROUP_RANK"),
-                launcher="torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "?")
+                launcher="torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "?", flight=armed)
     # torchrun ends its workers with SIGTERM: leave the Python stack behind first, even if blocked inside gloo
     stack = open(os.path.join(a.trace_dir, f"stack-{rank}.txt"), "w")
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)

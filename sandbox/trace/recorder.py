@@ -1,0 +1,87 @@
+"""PyTorch's Flight Recorder inside a rank (the second lens, `sandbox.flight`): switched on before the user's code
+creates a process group, and dumped into the run's directory as `fr-<rank>.pkl` when the rank's code ends and
+whenever the parent asks with SIGUSR2, even while the main thread is blocked inside a collective or inside DDP's
+backward (a thread of its own takes the signal: SIGUSR2 is blocked in every other thread, and the threads torch
+starts later inherit that). The dump leaves out the calls' Python frames: a dump with them imports torch._inductor
+the first time (seconds), and the tracer already knows where its own calls were made. `SANDBOX_FLIGHT=0` in the
+environment leaves the recorder off.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+import time
+
+from sandbox import flight
+
+_where: tuple[str, int] | None = None
+_lock = threading.Lock()
+
+
+def arm(directory: str, rank: int) -> bool:
+    """Switch the recorder on for this rank (unless the user set its size, or switched it off) and start the
+    thread that dumps it on SIGUSR2. Call before the user's code runs. Returns whether it did: the rank's `hello`
+    says so, and only then does the parent send SIGUSR2 (whose default action would end the process)."""
+    global _where
+    if os.environ.get(flight.OFF) == "0":
+        return False
+    os.environ.setdefault(flight.ENV, flight.BUFFER)
+    _where = (directory, rank)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    threading.Thread(target=_serve, name="sandbox-flight-recorder", daemon=True).start()
+    return True
+
+
+_final = False
+SETTLE_S = 0.1  # how long the last dump waits for gloo to mark the rank's last calls completed
+
+
+def _serve() -> None:
+    while True:
+        signal.sigwait({signal.SIGUSR2})
+        dump()
+
+
+def _snapshot():
+    import torch
+
+    # without the Python frames: turning them into text imports torch._inductor (seconds, the first time); the
+    # tracer's own calls and the rank's stack and traceback give the user's lines (`sandbox.flight.merge`)
+    return torch._C._distributed_c10d._dump_fr_trace(includeStackTraces=False)
+
+
+def _settled(raw: bytes) -> bool:
+    """Has the backend marked every call it enqueued completed? (gloo marks a call a moment after wait() returns.)"""
+    status = pickle.loads(raw).get("pg_status") or {}
+    return all(s.get("last_completed_collective", 0) >= s.get("last_enqueued_collective", 0)
+               for s in status.values() if isinstance(s, dict))
+
+
+def dump(final: bool = False) -> None:
+    """Write this rank's dump (atomically: a reader never sees half of one). The `final` one, when the rank's code
+    has ended, waits (bounded) for the backend's bookkeeping, and no dump is written after it."""
+    global _final
+    if _where is None:
+        return
+    directory, rank = _where
+    path = os.path.join(directory, f"fr-{rank}.pkl")
+    with _lock:
+        if _final:
+            return
+        try:
+            raw = _snapshot()
+            deadline = time.monotonic() + SETTLE_S
+            while final and not _settled(raw) and time.monotonic() < deadline:
+                time.sleep(0.005)
+                raw = _snapshot()
+        except Exception:  # noqa: BLE001  a torch without the recorder, or nothing recorded: the trace alone is judged
+            return
+        _final = final
+        try:
+            with open(path + ".tmp", "wb") as f:
+                f.write(raw)
+            os.replace(path + ".tmp", path)
+        except OSError:  # the run's directory is gone (the run is being torn down): nothing left to tell
+            pass
