@@ -86,3 +86,40 @@ def through(branch: dict) -> str:
     """'through `if rank == 0:` at train.py:30' (or 'through the else of ...')."""
     head = "through" if branch["taken"] == "if" else "through the else of"
     return f"{head} `if {branch['test']}:` at {branch['site']}"
+
+
+def source_line(site: str | None) -> str | None:
+    """The source text of a site's line, stripped ("loss.backward()"), or None when the file cannot be read."""
+    frames = site_frame(site)
+    if not frames:
+        return None
+    parsed = _tree(frames[0][0])
+    if parsed is None:
+        return None
+    lines = parsed[1].splitlines()
+    n = frames[0][1]
+    return lines[n - 1].split("#")[0].strip() or None if 0 < n <= len(lines) else None
+
+
+def rank_branch_using(paths: list[str], attrs: list[str]) -> dict | None:
+    """A rank-dependent `if` in these files whose body (or else) uses one of these attributes (`self.extra`):
+    {"test", "site", "attrs"}, the first found; None if there is none. How a forward that skips a layer on some
+    ranks is found from the names of the parameters that got no gradient."""
+    want = set(attrs)
+    for shown in paths:
+        path = _paths.resolve(shown)
+        parsed = _tree(path)
+        if parsed is None:
+            continue
+        tree, src = parsed
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.If):
+                continue
+            test = ast.get_source_segment(src, node.test) or ""
+            if not RANKISH.search(test):
+                continue
+            used = sorted({a.attr for part in node.body + node.orelse for a in ast.walk(part)
+                           if isinstance(a, ast.Attribute) and a.attr in want})
+            if used:
+                return {"test": " ".join(test.split()), "site": f"{shown_path(path)}:{node.lineno}", "attrs": used}
+    return None

@@ -30,6 +30,12 @@ def ranks(rs) -> str:
     return "ranks " + ", ".join(map(str, rs[:-1])) + " and " + str(rs[-1])
 
 
+def listed(items) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
+
+
 def plural(n: int, noun: str) -> str:
     """'1 line', '2 lines'."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
@@ -130,6 +136,8 @@ def where(t: RankTrack) -> str:
     """A few words on where a rank is now."""
     if t.pending is not None:
         return f"in {call(t.pending)} at {t.pending.get('site')}"
+    if t.end is not None and t.end.get("no_dump"):
+        return "without a Flight Recorder dump (it finished, or died before writing one)"
     if (t.exit_code is not None or t.end is not None) and not t.ended_by_sandbox:
         if t.error is not None:
             return f"already failed ({t.error['type']} at {t.error.get('site')})"

@@ -55,7 +55,8 @@ class ContractWarning:
 
 
 def ended_ok(t: RankTrack | None) -> bool:
-    return t is not None and t.end is not None and t.end.get("outcome") == "ok"
+    """Did the rank's own code finish? (Not known of a rank that left no Flight Recorder dump.)"""
+    return t is not None and t.end is not None and t.end.get("outcome") == "ok" and not t.end.get("no_dump")
 
 
 def where(p: dict) -> str:

@@ -33,12 +33,18 @@ def collectives_differ(done: dict[int, dict[tuple, dict]]) -> list[ContractWarni
             continue
         group = next(iter(members.values())).get("group")
         told = "; ".join(f"{ranks_words(rs)} called {said(p)} at {where(p)}{branch_words(p)}" for rs, p in variants)
+        odd = calls.odd_ones(members, calls.FULL)
+        if what == ["splits"]:  # each rank's splits are its own: name the pairs that disagree, not camps
+            pairs = calls.split_pairs(members)
+            odd = sorted({a for a, *_ in pairs} - {b for _, b, *_ in pairs}) or odd  # senders only
+            told = "; ".join(f"rank {a} sends {n} element{'s' if n != 1 else ''} to rank {b}, which expects {m}"
+                             for a, b, n, m in pairs) + f" ({said(members[odd[0]])} at {where(members[odd[0]])})"
         first[gname] = ContractWarning(
             "collective_differs", f"Call #{seq} of group {group} completed but was not the same call on every "
                                   f"rank: {told}.",
             sorted(members), op=op_of(variants[0][1]), group=group, seq=seq,
             sites={r: where(p) for r, p in members.items()},
-            details={"differs_in": what, "odd_ranks": calls.odd_ones(members, calls.FULL)})
+            details={"differs_in": what, "odd_ranks": odd})
     for w in first.values():
         if w.details.get("later"):
             w.summary += f" {plural(w.details['later'], 'later call')} of this group differed too."

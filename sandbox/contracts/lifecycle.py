@@ -51,12 +51,42 @@ def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTr
     """A failed run whose failure a warning explains: the diagnosis saying so (a note, and details["contract"]).
     Today: a device-mismatch error on a rank that an object collective handed tensors from other devices, and a
     receiver whose connection closed because the sender left with its isend never waited on."""
+    root = _earlier_root(diagnosis, warnings, tracks)
+    if root is not None:
+        return root
     for w in warnings:
         words = (_explain_device(w, diagnosis, tracks) if w.kind == "object_device" else
                  _explain_left_send(w, tracks) if w.kind == "async_unwaited" else None)
         if words:
             return replace(diagnosis.noted(words), details={**diagnosis.details, "contract": w.kind})
     return diagnosis
+
+
+def _extra_callers(group: list, tracks: dict[int, RankTrack]) -> list[int]:
+    """The ranks of a group that made more of its collectives than the others (the ones with a call too many), or
+    [] when every rank made as many."""
+    made = {r: max((k[1] for k, p in tracks[r].by_bucket.items() if isinstance(k[1], int)
+                    and list(p.get("group") or ()) == list(group)), default=0) for r in group if r in tracks}
+    most = max(made.values(), default=0)
+    extra = sorted(r for r, n in made.items() if n == most)
+    return extra if len(extra) < len(made) else []
+
+
+def _earlier_root(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTrack]):
+    """A failure or hang in a group where an earlier call already completed as unlike calls (NCCL pairs a barrier
+    with a one-element all_reduce, gloo an all_reduce of 4 elements with one of 5 on some ranks): that call is the
+    root, and the diagnosis says so first."""
+    if diagnosis.kind == "collective_mismatch" or diagnosis.group is None:
+        return None
+    for w in warnings:
+        if (w.kind == "collective_differs" and w.group == diagnosis.group and isinstance(w.seq, int)
+                and isinstance(diagnosis.seq, int) and w.seq < diagnosis.seq):
+            return replace(diagnosis.led_by(f"The cause comes earlier: {w.summary} What follows is its"
+                                            " consequence:"),
+                           culprit_ranks=(_extra_callers(w.group, tracks) or w.details.get("odd_ranks")
+                                          or diagnosis.culprit_ranks),
+                           details={**diagnosis.details, "contract": w.kind, "root": {"seq": w.seq, "op": w.op}})
+    return None
 
 
 def _explain_device(w: ContractWarning, diagnosis, tracks) -> str | None:

@@ -1,8 +1,11 @@
-"""Diagnose a run afterwards, from the trace directory its ranks wrote:
+"""Diagnose a run afterwards, from the trace directory its ranks wrote, or from a directory of PyTorch Flight
+Recorder dumps written by any job (no sandbox in it):
 
     torchrun --nproc-per-node 4 -m sandbox.trace --trace-dir traces/ train.py
     python -m sandbox.diagnose traces/            # the same verdict the sandbox gives a live run
     python -m sandbox.diagnose traces/ --json
+    python -m sandbox.diagnose dumps/             # nccl_trace_rank_<N> files (TORCH_FR_DUMP_TEMP_FILE)
+    python -m sandbox.diagnose dumps/ --prefix rank_
 
 Exit code: 0 when every rank finished, 1 when the run failed or hung, 2 when the directory cannot be read.
 """
@@ -12,15 +15,42 @@ import json
 import os
 import sys
 
-from sandbox import policy
+from sandbox import flight, policy, words
 from sandbox.events import TRACE_FILE, FormatError, load_dir
-from sandbox.result import RankResult, RunResult
+from sandbox.result import Diagnosis, RankResult, RunResult
 
 
-def load_result(trace_dir: str) -> RunResult:
-    """The RunResult of a trace directory, judged offline (no exit codes: the launcher was torchrun or a crash)."""
-    tracks = policy.fill_missing(load_dir(trace_dir))
+def load_result(trace_dir: str, prefix: str = flight.PREFIX) -> RunResult:
+    """The RunResult of a trace directory (with the ranks' Flight Recorder dumps merged in, where they left them), or
+    of a directory of Flight Recorder dumps alone, judged offline (no exit codes: the launcher was torchrun or a
+    crash)."""
+    if any(TRACE_FILE.fullmatch(n) for n in os.listdir(trace_dir)):
+        tracks = policy.fill_missing(load_dir(trace_dir))
+        dumps = flight.read_run(trace_dir)
+        tracks = flight.merge(tracks, dumps) if dumps else tracks
+        absent = []
+    else:
+        dumps = {r: flight.load(p) for r, p in flight.find(trace_dir, prefix).items()}
+        tracks = flight.tracks_from_dumps(dumps)
+        absent = sorted(set(tracks) - set(dumps))
     j = policy.judge(tracks)
+    if dumps and not any(TRACE_FILE.fullmatch(n) for n in os.listdir(trace_dir)) and j.verdict == "ok":
+        differ = [w for w in j.warnings if w.kind == "collective_differs"]
+        if differ:  # the dumps say no more than that the calls completed: their data is wrong
+            w = differ[0]
+            j.verdict = "error"
+            j.diagnosis = Diagnosis(kind="collective_mismatch", cause=f"{w.summary} The ranks that completed it hold"
+                                    " wrong data.", culprit_ranks=w.details.get("odd_ranks") or w.ranks, op=w.op,
+                                    group=w.group, seq=w.seq,
+                                    site=w.sites.get((w.details.get("odd_ranks") or w.ranks)[0]),
+                                    details={"differs_in": w.details.get("differs_in")})
+        else:
+            j.diagnosis = Diagnosis(kind="none", cause=f"Every collective in the {len(dumps)} dumps completed, and"
+                                    " every rank reached the same calls (a dump does not say whether its rank then"
+                                    " finished).")
+    if absent:
+        j.diagnosis = j.diagnosis.noted(f"{words.ranks(absent).capitalize()} left no dump (finished, or died before"
+                                        " writing one); this diagnosis is made from the dumps there are.")
     ranks = [RankResult.from_track(t, j.outcomes[r]) for r, t in sorted(tracks.items())]
     evs = sorted((e for t in tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
     return RunResult(verdict=j.verdict, world_size=len(tracks), wall_s=None, diagnosis=j.diagnosis, ranks=ranks,
@@ -32,7 +62,9 @@ def main(argv=None) -> int:
 
     p = cli.Parser(prog="python -m sandbox.diagnose",
                description="Diagnose a run from the per-rank trace files written by sandbox.trace.")
-    p.add_argument("trace_dir")
+    p.add_argument("trace_dir", help="a sandbox trace directory, or a directory of Flight Recorder dumps")
+    p.add_argument("--prefix", default=flight.PREFIX,
+                   help=f"the file prefix of Flight Recorder dumps (default {flight.PREFIX}, torch's)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="log what the sandbox does")
     a = p.parse_args(argv)
@@ -40,12 +72,14 @@ def main(argv=None) -> int:
     if not os.path.isdir(a.trace_dir):
         print(f"sandbox.diagnose: {a.trace_dir} is not a directory.", file=sys.stderr)
         return 2
-    if not any(TRACE_FILE.fullmatch(n) for n in os.listdir(a.trace_dir)):
-        print(f"sandbox.diagnose: {a.trace_dir} holds no rank-<N>.jsonl trace files.", file=sys.stderr)
+    names = os.listdir(a.trace_dir)
+    if not any(TRACE_FILE.fullmatch(n) for n in names) and not flight.find(a.trace_dir, a.prefix):
+        print(f"sandbox.diagnose: {a.trace_dir} holds no rank-<N>.jsonl trace files and no Flight Recorder dumps"
+              f" named {a.prefix}<N> (another prefix: --prefix).", file=sys.stderr)
         return 2
     try:
-        res = load_result(a.trace_dir)
-    except FormatError as e:
+        res = load_result(a.trace_dir, a.prefix)
+    except (FormatError, flight.FlightError) as e:
         print(f"sandbox.diagnose: {e}", file=sys.stderr)
         return 2
     if a.json:

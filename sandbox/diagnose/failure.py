@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sandbox import words
+from sandbox.diagnose import framework
 from sandbox.diagnose.hang import missing
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch
 from sandbox.events import RankTrack
@@ -31,7 +32,11 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
     d = group_mismatch(tracks, strict=True) if any(t.new_groups for t in tracks.values()) else None
     if d is not None:
         return d
-    d = bucket_mismatch(tracks, pend)
+    d = framework.model_differs(tracks) or framework.unused_parameters(tracks)
+    if d is not None:  # the ranks whose error the diagnosis explains are not told again as their peers
+        told = set(d.culprit_ranks) | {int(r) for r in d.details.get("unused", {})}
+        return _noted(d, _peer_words(tracks, outcomes, sorted(told)))
+    d = framework.uneven_steps(tracks, pend) or bucket_mismatch(tracks, pend)
     if d is not None:
         return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks))
 
@@ -52,7 +57,7 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
     if not causes and errored:
         # every error only says "a peer went away": the cause is a rank that was not in the call with them
         inside = {r: t.failed_call for r, t in tracks.items() if t.failed_call is not None}
-        d = missing(tracks, inside)
+        d = framework.uneven_steps(tracks, inside) or missing(tracks, inside)
         if d is not None:
             return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks))
         causes = errored
@@ -92,7 +97,9 @@ def _peer_words(tracks, outcomes, culprits) -> str:
         if r in culprits:
             continue
         e = t.error
-        if e:
+        if e and words.peer_lost(e.get("message")):  # a consequence: say so, once for all who saw it
+            what = f"then lost its connection ({words.short(e['message'])[:80]})"
+        elif e:
             what = f"got {e['type']}: {words.short(e['message'])[:200]}"
         elif outcomes.get(r) in ("hung", "stopped") and t.pending is not None:
             what = f"left waiting in {words.call(t.pending)}"
@@ -100,5 +107,6 @@ def _peer_words(tracks, outcomes, culprits) -> str:
             continue
         saw.setdefault(what, []).append(r)
     parts = [f"{words.ranks(rs)} {'was' if len(rs) == 1 else 'were'} {what}" if what.startswith("left")
-             else f"{words.ranks(rs)} {what}" for what, rs in saw.items()]
+             else f"{words.ranks(rs)} {what.replace('its', 'its' if len(rs) == 1 else 'their', 1)}, a consequence"
+             if what.startswith("then lost") else f"{words.ranks(rs)} {what}" for what, rs in saw.items()]
     return (" Its peers saw: " + "; ".join(parts) + ".") if parts else ""

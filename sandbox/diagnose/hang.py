@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sandbox import words
 from sandbox.calls import is_collective, op_of, p2p_direction
+from sandbox.diagnose import framework
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
 from sandbox.events import RankTrack
@@ -76,7 +77,7 @@ def missing(tracks, pend) -> Diagnosis | None:
         elsewhere = {str(m): words.where(tracks[m]) if m in tracks else "never started" for m in absent}
         detail = "; ".join(f"rank {m} is {w}" for m, w in elsewhere.items())
         return Diagnosis(kind="missing_ranks",
-                         cause=f"{words.ranks(same)} {'waits' if len(same) == 1 else 'wait'} in {words.call(p)} at"
+                         cause=f"{words.ranks(same).capitalize()} {'waits' if len(same) == 1 else 'wait'} in {words.call(p)} at"
                          f" {p.get('site')}, but {words.ranks(absent)} never"
                          f" {'arrives' if len(absent) == 1 else 'arrive'}: {detail}.",
                          culprit_ranks=absent, op=op, group=members, seq=p.get("seq"), site=p.get("site"),
@@ -100,7 +101,8 @@ def blocked_call(t: RankTrack) -> dict | None:
 def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
     pend = {r: blocked_call(t) for r, t in tracks.items() if blocked_call(t) is not None}
     for finder in (lambda: init_mismatch(tracks), lambda: group_mismatch(tracks, strict=True),
-                   lambda: bucket_mismatch(tracks, pend), lambda: p2p(tracks, pend), lambda: missing(tracks, pend)):
+                   lambda: framework.uneven_steps(tracks, pend), lambda: bucket_mismatch(tracks, pend),
+                   lambda: p2p(tracks, pend), lambda: missing(tracks, pend)):
         d = finder()
         if d is not None:
             return d

@@ -101,14 +101,28 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
         said_by = [[r] for r in sorted(members)] if "splits" in what else sorted(camps, key=len, reverse=True)
         parts = [f"{words.ranks(rs)} {'calls' if len(rs) == 1 else 'call'} {words.signature(members[rs[0]], full)}"
                  f" at {members[rs[0]].get('site')}" for rs in said_by]
+        if what == ["splits"]:  # name the pairs: who sends how much to whom, and what that peer expects
+            pairs = calls.split_pairs(members)
+            parts = [f"{words.ranks(culprits)} {'calls' if len(culprits) == 1 else 'call'}"
+                     f" {words.signature(ex, full)} at {ex.get('site')}: "
+                     + "; ".join(f"rank {a} sends {n} element{'s' if n != 1 else ''} to rank {b}, which expects {m}"
+                                 for a, b, n, m in pairs if a in culprits)]
         branch = rank_branch_of(camps, members, tracks)
+        done = sorted(r for r in members if tracks.get(r) is not None and tracks[r].passed.get((gname, seq)))
+        if what == ["splits"]:  # only the ranks that received a wrong amount hold wrong data
+            done = [r for r in done if r in {b for _, b, _, _ in calls.split_pairs(members)}]
+        wrong = (f" {words.ranks(done).capitalize()} completed this call against the others: what"
+                 f" {'it holds' if len(done) == 1 else 'they hold'} from it is wrong."
+                 if done and len(done) < len(members) and what != ["reduce op"] else "")
+        if branch and branch["taken"] == "if" and len(branch["ranks"]) < len(members):
+            culprits = branch["ranks"]  # the ones that took a rank-dependent `if` into this call differ
         return Diagnosis(kind="collective_mismatch",
                          cause=f"Collective mismatch at call #{seq} of group {ex.get('group')}: " + "; ".join(parts) +
                          f". {_rule(what)}"
-                         + (f" {branch['words']}" if branch else ""),
+                         + (f" {branch['words']}" if branch else "") + wrong,
                          culprit_ranks=culprits, op=op_of(ex), group=ex.get("group"), seq=seq, site=ex.get("site"),
                          details={"calls": {str(r): words.call(p) for r, p in sorted(members.items())},
-                                  "differs_in": what,
+                                  "differs_in": what, **({"wrong_data": done} if wrong else {}),
                                   **({"branch": {k: v for k, v in branch.items() if k != "words"}} if branch else {})})
     return None
 

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from sandbox import calls, events
-from sandbox.trace import inflight, record, sink
+from sandbox.trace import describe, inflight, record, sink
 from sandbox.trace.describe import Spec
 
 _installed = False
@@ -93,6 +93,29 @@ def _wrap_wait(orig):
     return wait
 
 
+MAX_PARAMS = 2000  # a DDP record names at most this many parameters
+
+
+def _wrap_ddp_init(orig):
+    """DDP's constructor: before it runs (it raises when the ranks' models differ), record the parameters it will
+    reduce, in its order (the indices its errors name), with their shapes, as a `ddp` event. Only the tracer knows
+    their names: the Flight Recorder sees the buckets' sizes."""
+    @functools.wraps(orig)
+    def __init__(self, module, *args, **kwargs):
+        if sink.fd is not None and not getattr(sink.tls, "depth", 0):
+            try:
+                params = [[n, list(p.shape)] for n, p in module.named_parameters() if p.requires_grad][:MAX_PARAMS]
+                where, func = describe.site(describe.user_frame(1))
+                sink.emit({"ev": "ddp", "rank": sink.rank, "t": time.time(), "site": where, "func": func,
+                           "params": params, "find_unused": bool(kwargs.get("find_unused_parameters", False))})
+            except Exception as e:  # noqa: BLE001  the tracer must never break the user's model
+                record.tracer_error("DistributedDataParallel", e)
+        return orig(self, module, *args, **kwargs)
+
+    __init__.__sandbox_traced__ = orig
+    return __init__
+
+
 def _patch(owner, attr: str, wrapper) -> None:
     _patched.append((owner, attr, vars(owner).get(attr, _MISSING), wrapper))
     setattr(owner, attr, wrapper)
@@ -115,6 +138,9 @@ def install() -> None:
     Work = torch._C._distributed_c10d.Work
     if not hasattr(Work.wait, "__sandbox_traced__"):
         _patch(Work, "wait", _wrap_wait(Work.wait))
+    DDP = torch.nn.parallel.DistributedDataParallel
+    if not hasattr(DDP.__init__, "__sandbox_traced__"):
+        _patch(DDP, "__init__", _wrap_ddp_init(DDP.__init__))
     _installed = True
 
 

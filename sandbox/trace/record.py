@@ -6,12 +6,13 @@ the same call costs a dictionary lookup and one write.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-from sandbox import calls, events
+from sandbox import _paths, calls, events
 from sandbox.trace import describe, inflight, sink
 
 # the static part of an enter event, as a JSON fragment, keyed by what it depends on: op, call site, and the
@@ -38,6 +39,12 @@ def _key(v):
         return ("obj", id(v))
 
 
+def _by_torch(caller) -> bool:
+    """Is this frame (the caller of a torch.distributed function) torch's own code?"""
+    path = caller.f_code.co_filename if caller is not None else ""
+    return _paths.TORCH_DIR is not None and path.startswith(_paths.TORCH_DIR)
+
+
 def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | None]:
     """Write the enter event of a call. Returns its id, and for an asynchronous call its fields (its Work's
     `wait` repeats them). Writing the line is the last thing it does."""
@@ -52,6 +59,10 @@ def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | N
         hit = static_cache.get(key)
     if hit is None:
         static = describe.describe(spec, args, kwargs, frame)
+        if static.get("async") and _by_torch(sys._getframe(2)):
+            # made by torch's own code (Join's shadow all_reduce, DDP's hooks), which waits on the Work in C++,
+            # where no wait can be seen: not the user's request to wait on
+            static["internal"] = True
         hit = (events.fragment(static), static.get("gname", "?"), static, code)
         if key is not None:
             if len(static_cache) >= _STATIC_MAX:

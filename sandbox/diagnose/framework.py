@@ -1,0 +1,176 @@
+"""Framework-level causes, named in the terms the user wrote: what DDP does in C++ (its gradient all_reduce, seen by
+the Flight Recorder lens, `sandbox.flight`) and what its constructor and reducer say when the ranks disagree.
+
+- `uneven_steps`: a rank made more (or fewer) gradient all_reduces in DDP's backward than its peers: it ran more
+  steps (uneven inputs).
+- `unused_parameters`: parameters that got no gradient on some ranks only (DDP's "Expected to have finished
+  reduction in the prior iteration"), by name, with the rank-dependent branch that skips them.
+- `model_differs`: the ranks built different models (DDP's constructor: "params[0] ... appears not to match").
+"""
+from __future__ import annotations
+
+import re
+
+from sandbox import branches, calls, words
+from sandbox.events import RankTrack
+from sandbox.result import Diagnosis
+
+JOIN_ADVICE = ("Under DDP every rank must run the same number of steps: give every rank the same number of batches"
+               " (DistributedSampler(drop_last=True), equal shards), or wrap the loop in `with model.join():`"
+               " (torch.distributed.algorithms.join.Join), which lets a rank that ran out of data shadow the others'"
+               " all_reduces.")
+UNUSED = re.compile(r"Expected to have finished reduction in the prior iteration")
+UNUSED_INDICES = re.compile(r"Parameter indices which did not receive grad for rank (\d+):\s*([\d ]+)")
+UNUSED_NAMES = re.compile(r"Parameters which did not receive grad for rank (\d+):\s*([^\n]+)")
+SHAPES = re.compile(r"params\[(\d+)\] in this process with sizes \[([^\]]*)\] appears not to match sizes of the"
+                    r" same param in process (\d+)")
+
+
+def _backward_calls(t: RankTrack) -> list[dict]:
+    """The gradient all_reduces DDP's reducer made: the recorder's all_reduces the tracer did not see (those made
+    under backward(), where the recorder kept the frames)."""
+    flight = [ev for ev in t.events if ev.get("ev") == "enter" and ev.get("lens") == "flight"
+              and ev.get("op") == "all_reduce"]
+    if any(ev.get("via") for ev in flight[:-1]):  # a dump with frames says which were made under backward()
+        return [ev for ev in flight if ev.get("via") == "backward()"]
+    return flight
+
+
+def uneven_steps(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnosis | None:
+    """A rank stuck (or failed) in a gradient all_reduce of DDP's backward, having made more or fewer of them than
+    its peers."""
+    stuck = {r: p for r, p in pend.items() if p.get("lens") == "flight" and p.get("via") == "backward()"}
+    if not stuck:
+        return None
+    counts = {r: len(_backward_calls(t)) for r, t in tracks.items() if any(e.get("lens") == "flight" for e in t.events)}
+    if len(set(counts.values())) < 2 or _differed_before(tracks, stuck):
+        return None
+    by_count: dict[int, list[int]] = {}
+    for r, c in counts.items():
+        by_count.setdefault(c, []).append(r)
+    odd = sorted(min(by_count.values(), key=lambda rs: (len(rs), -max(counts[r] for r in rs))))
+    rest = sorted(set(counts) - set(odd))
+    more = counts[odd[0]] > counts[rest[0]] if rest else True
+    r = next((q for q in odd if q in stuck), next(iter(stuck)))
+    p = stuck[r]
+    size = p.get("shapes")[0] if p.get("shapes") else None
+    told = "; ".join(f"{words.ranks(rs)} made {c}" for c, rs in sorted(by_count.items()))
+    cause = (f"{words.ranks(odd).capitalize()} ran {'more' if more else 'fewer'} training steps than"
+             f" {words.ranks(rest)}: DDP's backward ({_line(p)}) made a different number of gradient all_reduces on"
+             f" each ({told}), so {words.ranks([r])}'s all_reduce #{p.get('seq')} of group {p.get('group')}"
+             f"{f' ({size[0] if len(size) == 1 else size} elements)' if size else ''} has no partner"
+             f"{_elsewhere(tracks, rest)}. {JOIN_ADVICE}")
+    return Diagnosis(kind="uneven_steps", cause=cause, culprit_ranks=odd, op="all_reduce", group=p.get("group"),
+                     seq=p.get("seq"), site=p.get("site"),
+                     details={"gradient_all_reduces": {str(q): c for q, c in sorted(counts.items())},
+                              "via": "backward()"})
+
+
+def _differed_before(tracks: dict[int, RankTrack], stuck: dict[int, dict]) -> bool:
+    """Did the ranks already make different calls earlier in the group (a model that differs makes DDP's own
+    broadcasts differ before any step)? Then that is the cause, not the number of steps."""
+    p = next(iter(stuck.values()))
+    slots: dict[int, dict[int, dict]] = {}
+    for r, t in tracks.items():
+        for (g, seq), q in t.by_bucket.items():
+            if g == p.get("gname") and isinstance(seq, int) and seq < (p.get("seq") or 0):
+                slots.setdefault(seq, {})[r] = q
+    return any(len(m) > 1 and calls.disagreements(m, calls.FULL) for m in slots.values())
+
+
+def _elsewhere(tracks: dict[int, RankTrack], rs: list[int]) -> str:
+    """': ranks 0-2 are in barrier #9 ... at train.py:20' (ranks named together where they are in the same place)."""
+    at: dict[str, list[int]] = {}
+    for r in rs:
+        at.setdefault(words.where(tracks[r]), []).append(r)
+    return (": " + "; ".join(f"{words.ranks(qs)} {'is' if len(qs) == 1 else 'are'} {w}" for w, qs in at.items())
+            if at else "")
+
+
+def _line(p: dict) -> str:
+    """'loss.backward() at train.py:17': the user's line of a call, with its source text when it can be read."""
+    text = branches.source_line(p.get("site"))
+    return f"`{text}` at {p.get('site')}" if text else f"{p.get('via')} at {p.get('site')}"
+
+
+def _ddp_params(t: RankTrack | None) -> list[list]:
+    return (t.ddp[-1].get("params") or []) if t is not None and t.ddp else []
+
+
+def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
+    """Ranks whose DDP raised "Expected to have finished reduction": the parameters that got no gradient there, by
+    name, the ranks where they did, and the rank-dependent `if` that makes the difference."""
+    raised = {r: t.error for r, t in tracks.items() if t.error and UNUSED.search(t.error.get("message") or "")}
+    if not raised:
+        return None
+    names: dict[int, list[str]] = {}
+    for r, e in raised.items():
+        msg = e.get("message") or ""
+        m = UNUSED_NAMES.search(msg)
+        if m:
+            names[r] = [n.strip() for n in m.group(2).split(",") if n.strip()]
+            continue
+        m = UNUSED_INDICES.search(msg)
+        params = _ddp_params(tracks[r])
+        if m:
+            idx = [int(i) for i in m.group(2).split()]
+            names[r] = [params[i][0] if i < len(params) else f"parameter #{i}" for i in idx]
+    others = sorted(set(tracks) - set(raised))
+    first = min(raised)
+    unused = names.get(first) or []
+    attrs = sorted({n.split(".")[0] for n in unused})
+    files = sorted({ev["site"].rpartition(":")[0] for t in tracks.values() for ev in t.events + t.ddp
+                    if isinstance(ev.get("site"), str) and ":" in ev["site"]})
+    branch = branches.rank_branch_using(files, attrs) if attrs else None
+    e = raised[first]
+    named = (f"Parameter{'s' if len(unused) > 1 else ''} {words.listed(unused)}" if unused else "Some parameters")
+    cause = (f"{named} got no gradient on {words.ranks(sorted(raised))}"
+             + (f" but did on {words.ranks(others)}" if others else "") +
+             f": DDP all_reduces a bucket of gradients only once every parameter in it has one, so the ranks stopped"
+             f" agreeing on their gradient all_reduces, and {words.ranks(sorted(raised))} raised \"Expected to have"
+             f" finished reduction in the prior iteration\" at {e.get('site')}.")
+    waited = {r: (tracks[r].pending or tracks[r].failed_call) for r in others}
+    waited = {r: p for r, p in waited.items() if p is not None and p.get("lens") == "flight"}
+    if waited:
+        r, p = min(waited.items())
+        cause += (f" {words.ranks(sorted(waited)).capitalize()} all_reduced the bucket ({words.call(p)} at"
+                  f" {p.get('site')}) and waited for ranks that never would.")
+    if branch:
+        cause += (f" The forward differs by rank: `if {branch['test']}:` at {branch['site']} uses"
+                  f" {', '.join('self.' + a for a in branch['attrs'])} on some ranks only.")
+    cause += (" Make the forward use the same parameters on every rank, or pass find_unused_parameters=True to"
+              " DistributedDataParallel (it then walks the autograd graph after every forward to mark unused"
+              " parameters ready, which costs time each step).")
+    return Diagnosis(kind="unused_parameters", cause=cause, culprit_ranks=others or sorted(raised),
+                     site=branch["site"] if branch else e.get("site"),
+                     details={"unused": {str(r): ns for r, ns in sorted(names.items())},
+                              **({"branch": {k: branch[k] for k in ("test", "site")}} if branch else {})})
+
+
+def model_differs(tracks: dict[int, RankTrack]) -> Diagnosis | None:
+    """DDP's constructor found the ranks' models differ: which parameter, its shape on each rank."""
+    for r, t in sorted(tracks.items()):
+        m = SHAPES.search((t.error or {}).get("message") or "")
+        if not m:
+            continue
+        i = int(m.group(1))
+        shapes: dict[tuple, list[int]] = {}
+        name = None
+        for q, u in sorted(tracks.items()):
+            params = _ddp_params(u)
+            if i < len(params):
+                name = name or params[i][0]
+                shapes.setdefault(tuple(params[i][1]), []).append(q)
+        if len(shapes) < 2:  # no records of the others: what DDP said
+            shapes = {tuple(int(x) for x in m.group(2).split(",") if x.strip()): [r]}
+        camps = sorted(shapes.items(), key=lambda kv: (len(kv[1]), kv[1]))
+        odd = camps[0][1] if len(camps) > 1 else [r]
+        site = (t.ddp[-1].get("site") if t.ddp else None) or t.error.get("site")
+        told = "; ".join(f"{words.ranks(rs)} {'has' if len(rs) == 1 else 'have'} {list(s)}" for s, rs in camps)
+        cause = (f"The ranks built different models: at DistributedDataParallel(...) ({site}) parameter"
+                 f" {name or f'#{i}'} differs: {told}. DDP's constructor checks every parameter's shape across"
+                 " ranks and stops. Build the same model on every rank: read the config once (on rank 0) and"
+                 " broadcast it (broadcast_object_list), or give every rank the same file.")
+        return Diagnosis(kind="model_differs", cause=cause, culprit_ranks=odd, op="DistributedDataParallel",
+                         site=site, details={"param": name or i, "shapes": {str(list(s)): rs for s, rs in camps}})
+    return None
