@@ -95,3 +95,28 @@ def test_gpu_without_gpu_is_a_usage_error(clean):
     assert p.returncode == 2, p.stdout + p.stderr
     assert p.stderr.strip() == "sandbox.repro: --gpu needs one GPU per rank: 2 ranks, 0 GPU(s) visible.", p.stderr
 
+
+@pytest.mark.gpu
+def test_an_extra_all_reduce_that_nccl_pairs_with_a_barrier_is_named_as_the_earlier_cause(clean):
+    """examples/framework/extra_allreduce.py on NCCL: rank 0's extra all_reduce #2 completes against rank 1's
+    barrier #2 (NCCL's barrier is a one-element all_reduce), rank 1 finishes, rank 0 waits in barrier #3. The
+    diagnosis must lead with call #2, the root, and name rank 0, which made the call rank 1 did not."""
+    script = os.path.join(EX, "framework", "extra_allreduce.py")
+    with open(script) as f:
+        src = f.read().splitlines()
+    extra = next(i for i, line in enumerate(src, 1) if "# BUG" in line and "dist.all_reduce(" in line)
+    barrier = next(i for i, line in enumerate(src, 1) if "dist.barrier()" in line)
+    shown = "examples/framework/extra_allreduce.py"
+    p = run_cli("sandbox.run", "-n", "2", "--gpu", "--json", script, timeout=400)  # the run's own limit: 300 s
+    out = json.loads(p.stdout)
+    d = out["diagnosis"]
+    assert (p.returncode, out["verdict"]) == (1, "hang"), p.stdout + p.stderr
+    assert d["summary"].startswith("The cause comes earlier: Call #2 of group [0, 1] completed but was not the same "
+                                   "call on every rank: "), d["summary"]
+    assert f"rank 0 called all_reduce(shape [4], float32, SUM) at {shown}:{extra}" in d["summary"], d["summary"]
+    assert f"rank 1 called barrier() at {shown}:{barrier}" in d["summary"], d["summary"]
+    assert d["details"]["root"] == {"seq": 2, "op": "all_reduce"}, d["details"]
+    assert d["culprit_ranks"] == [0], d
+    r0, r1 = out["ranks"]
+    assert (r0["outcome"], r0["pending"]["op"], r0["pending"]["seq"]) == ("hung", "barrier", 3), r0  # the symptom
+    assert r1["outcome"] == "ok", r1  # rank 1 finished: NCCL completed its barrier against rank 0's all_reduce

@@ -113,6 +113,10 @@ EXTRA = {
         "b-flight": r"flight recorder at [\d.]+ s|no flight recorder for gloo in this torch",
         # rank 2 stands at its recv, line 12 of the cell (torch's own frames above it, where the stack keeps them)
         "b-stacks": r"rank 2 \(hung\), innermost first:(\s+File .*)*?\s+File \"<cell>\", line 12\b",
+        # the Flight Recorder lens names DDP's extra step on rank 3; without it only the symptom is seen
+        "c-flight": r"ERROR \[uneven_steps\].*\nculprit ranks: \[3\]\ngradient all_reduces per rank: "
+                    r"\{'0': 3, '1': 3, '2': 3, '3': 4\}",
+        "c-no-flight": r"ERROR \[rank_error\].*\nRank 3 raised RuntimeError",
     },
 }
 
