@@ -26,6 +26,13 @@
               (the zygote imports what such a script imports lazily once, before the fork; for reference, the
               same with SANDBOX_PRELOAD=0, each rank importing it on its own; a run that hangs is stopped after
               30 s and counted as failed)
+9. flight recorder: per-call time of the same all_reduce loop as part 4, untraced, with PyTorch's Flight Recorder
+              on (as every sandbox rank runs) vs off (SANDBOX_FLIGHT=0); and the whole sandbox (tracer and
+              recorder) vs neither                                                        goal: <= 1.10x
+10. framework-level failures: the examples of examples/framework/ (DDP with uneven inputs, unused parameters, a
+              model that differs; all_to_all splits; a shape mismatch; 4 ranks), seconds from the first rank
+              blocking or failing (the earliest pending call's start, or the earliest `end` event of an error) to
+              the run returning with the expected diagnosis                                 goal: <= 2 s
 Each repeat runs every measurement once, in an order rotated from repeat to repeat, so the noise of this machine
 hits all of them alike. The script always exits 0: it is a report, not a test.
 """
@@ -52,6 +59,10 @@ LOOP_NUMEL = 16          # floats per all_reduce
 LOOP_WARMUP = 200
 SUBPROCESS_TIMEOUT = 60  # seconds, for every subprocess and every launch()
 MISMATCH = os.path.join(REPO, "examples", "mismatch.py")  # rank 2 broadcasts while ranks 0, 1, 3 all_reduce
+
+# the examples of part 10 and the diagnosis each must get
+FRAMEWORK = [("ddp_uneven", "uneven_steps"), ("ddp_unused", "unused_parameters"), ("ddp_wider", "model_differs"),
+             ("a2a_splits", "collective_mismatch"), ("shape_mismatch", "collective_mismatch")]
 
 # ------------------------------------------------------------------------------------------------ job scripts
 
@@ -305,6 +316,28 @@ def main(argv=None) -> int:
             record("loop_devnull", max(v["devnull"] for v in vals))
             record("loop_events", len(res.events))
 
+        def flight_off_loop():
+            res = launch(_loop_rank, world_size=2, args=(LOOP_CALLS, LOOP_NUMEL, LOOP_WARMUP, k_box[0] % 2 == 0),
+                         init=True, timeout=SUBPROCESS_TIMEOUT, env={"SANDBOX_FLIGHT": "0"})
+            if not res.ok:
+                raise Failed(f"loop run without the recorder: {res.verdict}: {res.diagnosis.summary}")
+            record("loop_untraced_nofr", max(v["untraced"] for v in res.values))
+            record("loop_traced_nofr", max(v["traced"] for v in res.values))
+
+        def framework(name: str, kind: str):
+            def go():
+                res = run_script(os.path.join(REPO, "examples", "framework", f"{name}.py"), world_size=4,
+                                 timeout=SUBPROCESS_TIMEOUT)
+                t_back = time.time()
+                if res.diagnosis.kind != kind:
+                    raise Failed(f"{name} came back as {res.verdict!r} [{res.diagnosis.kind}], not [{kind}]")
+                first = [r.pending["since"] for r in res.ranks if r.pending and r.pending.get("since")]
+                first += [e["t"] for e in res.events if e.get("ev") == "end" and e.get("outcome") == "error"]
+                if not first:
+                    raise Failed(f"{name}: no rank blocked or failed in the result")
+                record(f"fw_{name}", t_back - min(first))
+            return go
+
         def torchrun_loop():
             files = [os.path.join(tmp, f"percall-{r}.txt") for r in range(2)]
             for path in files:
@@ -371,7 +404,8 @@ def main(argv=None) -> int:
                  ("torchrun 4", torchrun_4), ("tracer loop", tracer_loop), ("torchrun loop", torchrun_loop),
                  ("hang", hang), ("repro --list", repro_list), ("mismatch", mismatch),
                  ("ddp plain", ddp_plain), ("ddp sandbox -n 4", ddp_sandbox),
-                 ("ddp sandbox -n 4, no preload", ddp_sandbox_preload)]
+                 ("ddp sandbox -n 4, no preload", ddp_sandbox_preload), ("loop without the recorder", flight_off_loop)]
+        tasks += [(f"framework {n}", framework(n, k)) for n, k in FRAMEWORK]
 
         print(f"sandbox {sandbox.__version__} at {REPO}; python {sys.version.split()[0]}; {os.cpu_count()} CPUs;"
               f" load {os.getloadavg()[0]:.2f}; {K} repeats", flush=True)
@@ -444,6 +478,16 @@ def main(argv=None) -> int:
     row("   (ref) the same, SANDBOX_PRELOAD=0", g("ddp_preload_4"), _secs, "one plain process", g("ddp_plain"),
         ratio(g("ddp_preload_4"), g("ddp_plain")), "", None)
 
+    r9 = ratio(g("loop_untraced"), g("loop_untraced_nofr"))
+    row("9. all_reduce per call, recorder on", g("loop_untraced"), _us, "recorder off", g("loop_untraced_nofr"), r9,
+        "<= 1.10x", None if r9 is None else r9 <= 1.10)
+    r9b = ratio(g("loop_traced"), g("loop_untraced_nofr"))
+    row("   tracer and recorder", g("loop_traced"), _us, "neither", g("loop_untraced_nofr"), r9b, "", None)
+    for n, _ in FRAMEWORK:
+        v = g(f"fw_{n}")
+        row(f"10. {n}: first block/failure -> returned", v, _secs, "", None, None, "<= 2 s",
+            None if v is None else v <= 2.0)
+
     head = ("measure", "median", "baseline", "median", "ratio", "goal", "")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     print()
@@ -459,7 +503,8 @@ def main(argv=None) -> int:
               "hang_return": "hang return", "hang_wall": "hang launch wall", "repro_list": "repro --list",
               "mismatch_detect": "mismatch detect", "mismatch_return": "mismatch return",
               "mismatch_wall": "mismatch wall", "ddp_plain": "ddp plain", "ddp_sandbox_4": "ddp sandbox -n 4",
-              "ddp_preload_4": "ddp preload -n 4"}
+              "ddp_preload_4": "ddp preload -n 4", "loop_untraced_nofr": "loop no recorder",
+              "loop_traced_nofr": "loop traced, no recorder", **{f"fw_{n}": n for n, _ in FRAMEWORK}}
     for key, label in labels.items():
         vs = samples.get(key)
         if not vs:

@@ -48,7 +48,7 @@ def load_result(trace_dir: str, prefix: str = flight.PREFIX) -> RunResult:
             j.diagnosis = Diagnosis(kind="none", cause=f"Every collective in the {len(dumps)} dumps completed, and"
                                     " every rank reached the same calls (a dump does not say whether its rank then"
                                     " finished).")
-    if absent:
+    if absent and "without a Flight Recorder dump" not in j.diagnosis.summary:  # unless the cause said so already
         j.diagnosis = j.diagnosis.noted(f"{words.ranks(absent).capitalize()} left no dump (finished, or died before"
                                         " writing one); this diagnosis is made from the dumps there are.")
     ranks = [RankResult.from_track(t, j.outcomes[r]) for r, t in sorted(tracks.items())]
