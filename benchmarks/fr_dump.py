@@ -77,8 +77,10 @@ class Dumper:
     def write(self) -> None:
         import torch
 
-        with self._lock:  # the snapshot too: one taken earlier must never be written after a later one
-            data = torch._C._distributed_c10d._dump_fr_trace()
+        # the snapshot outside the lock (the dump may import torch._inductor the first time: never under our lock);
+        # the last write comes after the thread is joined (`stop`), so no older snapshot lands after it
+        data = torch._C._distributed_c10d._dump_fr_trace()
+        with self._lock:
             if data == self._last:
                 return
             d = os.path.dirname(self.path) or "."

@@ -138,6 +138,10 @@ def where(t: RankTrack) -> str:
         return f"in {call(t.pending)} at {t.pending.get('site')}"
     if t.end is not None and t.end.get("no_dump"):
         return "without a Flight Recorder dump (it finished, or died before writing one)"
+    if t.end is not None and t.end.get("dump_done"):
+        last = next((ev for ev in reversed(t.events) if ev.get("ev") == "enter"), None)
+        return ("through every call its dump holds" + (f" (the last: {call(last)})" if last else "")
+                + ", and no further")
     if (t.exit_code is not None or t.end is not None) and not t.ended_by_sandbox:
         if t.error is not None:
             return f"already failed ({t.error['type']} at {t.error.get('site')})"

@@ -29,17 +29,18 @@ but got tensors is on cuda:1, different from other tensors on cuda:0 (when check
 wrapper_CUDA_cat)". The CPU run's FakeTensors raise the same check in FakeTensor's words.
 
 Run: python -m sandbox.repro cross-device
-    broken: ERROR [rank_error]: 4 ranks in 2.56 s
-      Rank 1 raised FakeTensorDeviceMismatchError: Expected all tensors to be on the same device, but found at
-      least two devices, cuda:0 and cuda:2! at sandbox/bugs/cross_device.py:108. Its peers saw: rank 0 got
-      FakeTensorDeviceMismatchError: Expected all tensors to be on the same device, but found at least two
-      devices, cuda:0 and cuda:2!; ranks 2 and 3 got FakeTensorDeviceMismatchError: Expected all tensors to be
-      on the same device, but found at least two devices, cuda:1 and cuda:3!. Rank 1's failing call at
-      sandbox/bugs/cross_device.py:108 got tensors that all_gather_object at sandbox/bugs/cross_device.py:100
-      delivered from cuda:0, cuda:2, cuda:3 (a tensor inside an object comes back on the device it was sent
+    broken: ERROR [rank_error]: 4 ranks in 3.26 s
+      Rank 2 raised FakeTensorDeviceMismatchError: Expected all tensors to be on the same device, but found at
+      least two devices, cuda:1 and cuda:3! at sandbox/bugs/cross_device.py:109. Its peers saw: ranks 0 and 1
+      got FakeTensorDeviceMismatchError: Expected all tensors to be on the same device, but found at least two
+      devices, cuda:0 and cuda:2!; rank 3 got FakeTensorDeviceMismatchError: Expected all tensors to be on the
+      same device, but found at least two devices, cuda:1 and cuda:3!. Rank 2's failing call at
+      sandbox/bugs/cross_device.py:109 got tensors that all_gather_object at sandbox/bugs/cross_device.py:101
+      delivered from cuda:0, cuda:1, cuda:3 (a tensor inside an object comes back on the device it was sent
       from).
+      Warnings: object_device.
       expected: error, rank_error, error /Expected all tensors to be on the same device/ -> as documented
-    fixed: OK: 4 ranks in 2.70 s
+    fixed: OK: 4 ranks in 3.31 s
       expected: ok, = single-process reference -> as documented
 """
 import contextlib

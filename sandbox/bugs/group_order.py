@@ -25,12 +25,13 @@ mismatched group: here the sequence-parallel `all_gather_object`, after "Before 
 sandbox still names the new_group call that created the groups differently.
 
 Run: python -m sandbox.repro group-order
-    broken: HANG [group_mismatch]: 4 ranks in 2.36 s
+    broken: HANG [group_mismatch]: 4 ranks in 2.27 s
       The ranks created process groups differently at their new_group call #1: ranks 0 and 1 created [0, 1];
       ranks 2 and 3 created [0, 2]. Every rank must call every new_group, with the same ranks, in the same
       order (group names come from that order), so these groups never connect.
+      Warnings: group_mismatch.
       expected: hang, group_mismatch, culprits [2, 3] -> as documented
-    fixed: OK: 4 ranks in 1.37 s
+    fixed: OK: 4 ranks in 1.30 s
       expected: ok, = single-process reference -> as documented
 """
 import torch.distributed as dist

@@ -17,10 +17,10 @@ On GPUs (NCCL): the same. The rendezvous (the TCP store of `init_method`) comes 
 waits at one endpoint and the others at another whatever the backend.
 
 Run: python -m sandbox.repro init-port
-    broken: HANG [init_mismatch]: 4 ranks in 2.24 s
-      The ranks disagree on the rendezvous, so they can never meet: rank 0 at 127.0.0.1:58951 (world size 4,
-      env://); ranks 1-3 at 127.0.0.1:54011 (world size 4, tcp://localhost:54011). The launcher's endpoint is
-      127.0.0.1:58951 (MASTER_ADDR:MASTER_PORT); ranks 1-3 use another (tcp://localhost:54011 at
+    broken: HANG [init_mismatch]: 4 ranks in 2.28 s
+      The ranks disagree on the rendezvous, so they can never meet: rank 0 at 127.0.0.1:60085 (world size 4,
+      env://); ranks 1-3 at 127.0.0.1:47327 (world size 4, tcp://localhost:47327). The launcher's endpoint is
+      127.0.0.1:60085 (MASTER_ADDR:MASTER_PORT); ranks 1-3 use another (tcp://localhost:47327 at
       sandbox/bugs/init_port.py:60).
       expected: hang, init_mismatch, culprits others -> as documented
     fixed: OK: 4 ranks in 1.29 s

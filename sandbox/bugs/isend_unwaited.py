@@ -20,13 +20,13 @@ data once it posts its recv, and the broken variant completes, with the `async_u
 never posted, the sender would never exit: the contract (wait on the request) is broken on NCCL too.
 
 Run: python -m sandbox.repro isend-unwaited
-    broken: ERROR [rank_error]: 2 ranks in 1.67 s
-      Rank 1 raised RuntimeError: Connection closed by peer [127.0.0.1]:47524 at sandbox/bugs/isend_unwaited.py:72.
-      Rank 0's isend to rank 1 at sandbox/bugs/isend_unwaited.py:57 was never waited on: rank 0 left with it still
-      pending, which closed the connection rank 1 was receiving on.
-      Warnings: async_unwaited (the isend), not_destroyed (rank 0 left without destroy_process_group).
+    broken: ERROR [rank_error]: 2 ranks in 1.23 s
+      Rank 1 raised RuntimeError: Read error [127.0.0.1]:47514: Connection reset by peer at
+      sandbox/bugs/isend_unwaited.py:72. Rank 0's isend to rank 1 at sandbox/bugs/isend_unwaited.py:57 was
+      never waited on: rank 0 left with it still pending, which closed the connection rank 1 was receiving on.
+      Warnings: async_unwaited, not_destroyed.
       expected: error, error /Connection closed by peer|Connection reset by peer/ -> as documented
-    fixed: OK: 2 ranks in 1.28 s
+    fixed: OK: 2 ranks in 1.27 s
       expected: ok, = single-process reference -> as documented
 """
 import os

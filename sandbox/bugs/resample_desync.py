@@ -20,12 +20,12 @@ sandbox names it from the calls still in flight. (Both backends need 4 ranks: wi
 the batch in the same round on every rank.)
 
 Run: python -m sandbox.repro resample-desync
-    broken: HANG [collective_mismatch]: 4 ranks in 1.47 s
+    broken: HANG [collective_mismatch]: 4 ranks in 1.30 s
       Collective mismatch at call #3 of group [0, 1, 2, 3]: ranks 0-2 call all_gather_object() at
       sandbox/bugs/resample_desync.py:86; rank 3 calls broadcast(shape [12], int64, root 0) at
       sandbox/bugs/resample_desync.py:63. The op/shape/dtype must be the same on every rank of the group.
       expected: hang, collective_mismatch -> as documented
-    fixed: OK: 4 ranks in 1.39 s
+    fixed: OK: 4 ranks in 1.25 s
       expected: ok, = single-process reference -> as documented
 """
 

@@ -22,11 +22,11 @@ On GPUs (NCCL): the CUDA code this port started from, with `device_id=cuda:i`, w
 seen from the other side: only a device type gloo does not list, such as xpu, breaks.
 
 Run: python -m sandbox.repro xpu-device-id
-    broken: ERROR [rank_error]: 4 ranks in 1.32 s
+    broken: ERROR [rank_error]: 4 ranks in 1.68 s
       All 4 ranks raised the same error, RuntimeError: No backend type associated with device type xpu at
       sandbox/bugs/xpu_device_id.py:63.
       expected: error, rank_error, error /No backend type associated with device type xpu/ -> as documented
-    fixed: OK: 4 ranks in 1.47 s
+    fixed: OK: 4 ranks in 1.22 s
       expected: ok, = single-process reference -> as documented
 """
 import datetime

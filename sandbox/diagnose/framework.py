@@ -43,8 +43,8 @@ def uneven_steps(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnos
     if not stuck:
         return None
     counts = {r: len(_backward_calls(t)) for r, t in tracks.items() if any(e.get("lens") == "flight" for e in t.events)}
-    if len(set(counts.values())) < 2 or _differed_before(tracks, stuck):
-        return None
+    if len(set(counts.values())) < 2 or min(counts.values()) == 0 or _differed_before(tracks, stuck):
+        return None  # a rank with no step at all did not run fewer steps: it stopped before training (or differs)
     by_count: dict[int, list[int]] = {}
     for r, c in counts.items():
         by_count.setdefault(c, []).append(r)
