@@ -140,8 +140,7 @@ def where(t: RankTrack) -> str:
         return "without a Flight Recorder dump (it finished, or died before writing one)"
     if t.end is not None and t.end.get("dump_done"):
         last = next((ev for ev in reversed(t.events) if ev.get("ev") == "enter"), None)
-        return ("through every call its dump holds" + (f" (the last: {call(last)})" if last else "")
-                + ", and no further")
+        return ("at the end of the recorded calls" + (f" (the last: {call(last)}, completed)" if last else ""))
     if (t.exit_code is not None or t.end is not None) and not t.ended_by_sandbox:
         if t.error is not None:
             return f"already failed ({t.error['type']} at {t.error.get('site')})"

@@ -174,3 +174,31 @@ def model_differs(tracks: dict[int, RankTrack]) -> Diagnosis | None:
         return Diagnosis(kind="model_differs", cause=cause, culprit_ranks=odd, op="DistributedDataParallel",
                          site=site, details={"param": name or i, "shapes": {str(list(s)): rs for s, rs in camps}})
     return None
+
+
+def _made_under(t: RankTrack, via: str) -> int:
+    return sum(1 for ev in t.events if ev.get("ev") == "enter" and ev.get("lens") == "flight" and ev.get("via") == via)
+
+
+def bucket_without_partner(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnosis | None:
+    """From dumps with frames alone (no error messages): ranks stuck in a gradient all_reduce of DDP's backward
+    while the others, through DDP's construction like them, made no gradient all_reduce at all: on those, some
+    parameters got no gradient, so their reducer never launched the bucket."""
+    stuck = {r: p for r, p in pend.items() if p.get("lens") == "flight" and p.get("via") == "backward()"}
+    if not stuck:
+        return None
+    built = {r: _made_under(t, "DistributedDataParallel(...)") for r, t in tracks.items()}
+    others = sorted(r for r in tracks if r not in stuck and tracks[r].events)
+    if (not others or len(set(built.values())) != 1 or not next(iter(built.values()))
+            or any(_made_under(tracks[r], "backward()") for r in others)):
+        return None
+    r, p = min(stuck.items())
+    cause = (f"{words.ranks(sorted(stuck)).capitalize()} all_reduced a bucket of gradients in DDP's backward"
+             f" ({words.call(p)} at {p.get('site')}) that {words.ranks(others)} never did: through DDP's"
+             f" construction like {'it' if len(stuck) == 1 else 'them'}, they made no gradient all_reduce at all."
+             " DDP launches a bucket's all_reduce only once every parameter in it has a gradient, so on"
+             f" {words.ranks(others)} some parameters got none (a forward that skips a layer there). The dumps do"
+             " not name the parameters (the sandbox's live run does). Make the forward use the same parameters on"
+             " every rank, or pass find_unused_parameters=True to DistributedDataParallel.")
+    return Diagnosis(kind="unused_parameters", cause=cause, culprit_ranks=sorted(stuck), op="all_reduce",
+                     group=p.get("group"), seq=p.get("seq"), site=p.get("site"), details={"no_gradient_on": others})

@@ -101,7 +101,8 @@ def blocked_call(t: RankTrack) -> dict | None:
 def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
     pend = {r: blocked_call(t) for r, t in tracks.items() if blocked_call(t) is not None}
     for finder in (lambda: init_mismatch(tracks), lambda: group_mismatch(tracks, strict=True),
-                   lambda: framework.uneven_steps(tracks, pend), lambda: bucket_mismatch(tracks, pend),
+                   lambda: framework.uneven_steps(tracks, pend),
+                   lambda: framework.bucket_without_partner(tracks, pend), lambda: bucket_mismatch(tracks, pend),
                    lambda: p2p(tracks, pend), lambda: missing(tracks, pend)):
         d = finder()
         if d is not None:
