@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 
-from sandbox._run.watch import INTERRUPTED, STACK_WAIT_S
+from sandbox._run.watch import FLIGHT_WAIT_S, INTERRUPTED, STACK_WAIT_S
 from sandbox.events import RankTrack
 
 log = logging.getLogger("sandbox.launcher")
@@ -54,10 +54,11 @@ class Stopping:
         for t in self._live():  # ended by us, or (not forked yet) never to start
             t.ended_by_sandbox = True
         live = [t for t in self._live() if t.pid]
-        if why != INTERRUPTED:
-            self._ask_flight(live)
+        asked = self._signal_flight(live) if why != INTERRUPTED else None  # dumped while the stacks are taken
         if not stacks_taken:
             self._ask_stacks(live, STACK_WAIT_INTERRUPTED_S if why == INTERRUPTED else STACK_WAIT_S)
+        if asked is not None:
+            self._await_flight(asked, FLIGHT_WAIT_S)
         self._pump(0)
         for t in live:  # one by one, so the zygote reaps each and reports its exit status
             try:

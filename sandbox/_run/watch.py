@@ -92,6 +92,10 @@ class Watching:
     def _ask_flight(self, live: list[RankTrack], wait: float = FLIGHT_WAIT_S) -> None:
         """SIGUSR2 to every live rank: its recorder thread dumps the recorder (`sandbox.trace.recorder`), even while
         the rank is blocked in a collective. Waits, bounded, for the new dumps."""
+        self._await_flight(self._signal_flight(live), wait)
+
+    def _signal_flight(self, live: list[RankTrack]) -> tuple[dict, dict]:
+        """Send the ranks SIGUSR2; returns what `_await_flight` needs to see their new dumps."""
         self._parse()
         live = [t for t in live if t.pid and t.hello and t.hello.get("flight")]  # armed: SIGUSR2 is theirs
         paths = {t.rank: os.path.join(self.dir, f"fr-{t.rank}.pkl") for t in live}
@@ -102,6 +106,10 @@ class Watching:
                     os.kill(t.pid, signal.SIGUSR2)
                 except ProcessLookupError:  # it ended on its own meanwhile: its own dump is there
                     paths.pop(t.rank, None)
+        return paths, before
+
+    def _await_flight(self, asked: tuple[dict, dict], wait: float) -> None:
+        paths, before = asked
         deadline = time.monotonic() + wait
         while paths and time.monotonic() < deadline:
             if all(os.path.exists(p) and os.stat(p).st_mtime_ns != before[r] for r, p in paths.items()):
