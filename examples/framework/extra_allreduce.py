@@ -8,7 +8,7 @@ import os
 import torch
 import torch.distributed as dist
 
-if torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES", "") != "":
+if torch.cuda.is_available():  # NCCL on GPUs (a sandbox run without --gpu hides them: gloo)
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", device_id=device)

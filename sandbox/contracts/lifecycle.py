@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sandbox.calls import SENDS
-from sandbox.contracts.base import ContractWarning, ended_ok, where
+from sandbox import calls
+from sandbox.calls import SENDS, op_of
+from sandbox.contracts.base import ContractWarning, ended_ok, said, where
 from sandbox.events import RankTrack
 from sandbox.words import peer_lost, ranks as ranks_words
 
@@ -62,6 +63,27 @@ def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTr
     return diagnosis
 
 
+def _unlike_entered(diagnosis, tracks: dict[int, RankTrack]) -> ContractWarning | None:
+    """The first call of the diagnosis' group before its own that the ranks entered as unlike calls, completed or
+    still in flight (NCCL: rank 0's all_reduce #2 still on its stream behind the barrier #3 it waits in, while
+    rank 1's barrier #2, paired with it, returned)."""
+    at: dict[int, dict[int, dict]] = {}
+    for r, t in tracks.items():
+        for (_g, seq), p in t.by_bucket.items():
+            if (isinstance(seq, int) and isinstance(diagnosis.seq, int) and seq < diagnosis.seq
+                    and list(p.get("group") or ()) == list(diagnosis.group)):
+                at.setdefault(seq, {})[r] = p
+    for seq in sorted(at):
+        members = at[seq]
+        if len(members) > 1 and calls.disagreements(members, calls.FULL):
+            told = "; ".join(f"{ranks_words(rs)} called {said(members[rs[0]])} at {where(members[rs[0]])}"
+                             for rs in calls.camps(members, calls.FULL))
+            return ContractWarning("collective_differs", f"Call #{seq} of group {diagnosis.group} was not the same"
+                                   f" call on every rank: {told}.", sorted(members), op=op_of(members[min(members)]),
+                                   group=diagnosis.group, seq=seq, details={"odd_ranks": []})
+    return None
+
+
 def _extra_callers(group: list, tracks: dict[int, RankTrack]) -> list[int]:
     """The ranks of a group that made more of its collectives than the others (the ones with a call too many), or
     [] when every rank made as many."""
@@ -78,7 +100,8 @@ def _earlier_root(diagnosis, warnings: list[ContractWarning], tracks: dict[int, 
     root, and the diagnosis says so first."""
     if diagnosis.kind == "collective_mismatch" or diagnosis.group is None:
         return None
-    for w in warnings:
+    entered = _unlike_entered(diagnosis, tracks)  # when no completed call says it (one side still in flight)
+    for w in warnings + ([entered] if entered is not None else []):
         if (w.kind == "collective_differs" and w.group == diagnosis.group and isinstance(w.seq, int)
                 and isinstance(diagnosis.seq, int) and w.seq < diagnosis.seq):
             return replace(diagnosis.led_by(f"The cause comes earlier: {w.summary} What follows is its"
