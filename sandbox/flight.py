@@ -18,7 +18,8 @@ its state and the Python frames of the call. How the two lenses become one (`mer
   of a group is the same call on every rank whoever made it (a DDP gradient all_reduce and a Python all_reduce
   meet at one number, as they meet in the backend). In groups where every call was a Python call nothing changes.
 
-Offline, `tracks_from_dumps` builds the tracks from dumps alone (a job with no sandbox in it).
+Offline, `sandbox.flight_offline.tracks_from_dumps` builds the tracks from dumps alone (a job with no sandbox in
+it), with the same calls.
 """
 from __future__ import annotations
 
@@ -178,7 +179,7 @@ def framework_groups(fr: dict[int, list[dict]]) -> set[str]:
 
 # ----------------------------------------------------------------------------------------------- one view
 
-def _event(c: dict, rank: int, group) -> dict:
+def call_event(c: dict, rank: int, group) -> dict:
     ev = {"ev": "enter", "rank": rank, "id": SYNTHETIC_ID + c["record_id"], "t": c["t"], "op": c["op"],
           "gname": c["gname"], "seq": c["seq"], "site": c["site"], "lens": "flight"}
     for k in ("shapes", "dtypes", "via"):
@@ -199,7 +200,7 @@ def _groups_of(t: RankTrack) -> dict[str, list[int]]:
     return out
 
 
-def _reached(fr: dict[int, list[dict]]) -> dict[tuple, set[int]]:
+def reached_by(fr: dict[int, list[dict]]) -> dict[tuple, set[int]]:
     """(group, seq) -> the ranks whose dumps hold that collective."""
     out: dict[tuple, set[int]] = {}
     for r, cs in fr.items():
@@ -267,7 +268,7 @@ def _merged_events(t: RankTrack, cs: list[dict], renumber: set[str], members: di
         if k == len(own) - 1 and not done and c["site"] is None:
             # a dump without frames: the rank's last open call is where it is stuck, or where it failed
             c["site"], c["via"] = _where_stuck(t)
-        evs.append(_event(c, t.rank, group))
+        evs.append(call_event(c, t.rank, group))
         if k == len(own) - 1 and not done and failed_site and c["site"] == failed_site:
             evs.append({"ev": "exit", "rank": t.rank, "id": SYNTHETIC_ID + c["record_id"], "op": c["op"],
                         "t": c["t"] + 1e-6, "error": "the rank's error was raised in this call"})
@@ -306,7 +307,7 @@ def merge(tracks: dict[int, RankTrack], dumps: dict[int, dict]) -> dict[int, Ran
     for t in tracks.values():
         for g, rs in _groups_of(t).items():
             members.setdefault(g, rs)
-    reached = _reached(fr)
+    reached = reached_by(fr)
     out = {}
     for r, t in tracks.items():
         if r not in fr:
@@ -315,58 +316,3 @@ def merge(tracks: dict[int, RankTrack], dumps: dict[int, dict]) -> dict[int, Ran
         failed_site = (t.error or {}).get("site")
         out[r] = _rebuilt(t, _merged_events(t, fr[r], renumber, members, reached, failed_site))
     return out
-
-
-def world_size(dumps: dict[int, dict]) -> int:
-    """The job's world size as far as the dumps tell: the default group's ranks in `pg_config` where a dump lists
-    them, else the highest rank that left a dump, plus one."""
-    n = max(dumps) + 1 if dumps else 0
-    for d in dumps.values():
-        for cfg in (d.get("pg_config") or {}).values():
-            try:
-                ranks = json.loads(cfg.get("ranks", "[]")) if isinstance(cfg, dict) else []
-            except (ValueError, TypeError, AttributeError):  # a form of pg_config this reader does not know
-                continue
-            if isinstance(ranks, list) and ranks and all(isinstance(r, int) for r in ranks):
-                n = max(n, max(ranks) + 1)
-    return n
-
-
-def tracks_from_dumps(dumps: dict[int, dict]) -> dict[int, RankTrack]:
-    """Offline, from dumps alone (a job with no sandbox in it): each rank's calls as its track. A rank whose calls
-    all completed is taken as finished; one with a call its peers never reached, or that never completed, is inside
-    it. A rank without a dump is marked so (`no_dump`): it finished, or died before it could write one."""
-    fr = {r: calls(d, r) for r, d in dumps.items()}
-    world = list(range(world_size(dumps)))
-    members: dict[str, list[int]] = {}
-    for r, cs in fr.items():
-        for c in cs:
-            members.setdefault(c["gname"], set()).add(r)
-    members = {g: (world if g == "0" else sorted(rs)) for g, rs in members.items()}
-    reached = _reached(fr)
-    tracks = {}
-    for r, cs in fr.items():
-        t = RankTrack(r)
-        t.feed({"ev": "hello", "rank": r, "t": cs[0]["t"] if cs else 0, "world_size": len(world), "lens": "flight"})
-        evs = []
-        for c in cs:
-            ev = _event(c, r, members.get(c["gname"]) if not c["p2p"] else None)
-            if c["p2p"]:
-                ev["op"] = {"send": "send", "recv": "recv"}.get(c["op"], c["op"])
-            evs.append(ev)
-            group = members.get(c["gname"]) or []
-            met = all(m in reached.get((c["gname"], c["seq"]), set()) or m not in fr for m in group)
-            if c["state"] == "completed" and met:
-                evs.append({"ev": "exit", "rank": r, "id": ev["id"], "op": c["op"], "t": c["t"] + 1e-6})
-        for ev in evs:
-            t.feed(ev)
-        if t.pending is None:
-            t.feed({"ev": "end", "rank": r, "outcome": "ok", "t": (cs[-1]["t"] if cs else 0) + 2e-6,
-                    "dump_done": True})  # every call in its dump completed: whether it then finished, no dump says
-        tracks[r] = t
-    for r in world:
-        if r not in tracks:
-            t = tracks[r] = RankTrack(r)
-            t.feed({"ev": "hello", "rank": r, "t": 0, "world_size": len(world), "lens": "flight", "no_dump": True})
-            t.feed({"ev": "end", "rank": r, "outcome": "ok", "t": 0, "no_dump": True})
-    return tracks

@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 from conftest import ROOT, leftovers, run_cli
-from sandbox import flight, policy
+from sandbox import flight, flight_offline, policy
 from sandbox.events import load_dir
 from sandbox.launcher import run_script
 
@@ -270,7 +270,7 @@ def test_read_run_skips_a_torn_dump_and_find_takes_torchs_names(mixed, tmp_path)
     assert flight.find(str(tmp_path)) == {r: str(tmp_path / f"nccl_trace_rank_{r}") for r in (0, 1)}
     assert flight.find(str(tmp_path), "rank_") == {}  # the whole name must match the prefix and a rank
     dumps = {r: flight.load(p) for r, p in flight.find(str(tmp_path)).items()}
-    assert flight.world_size(dumps) == 2 and flight.world_size({0: dumps[0]}) == 2  # pg_config lists the ranks
+    assert flight_offline.world_size(dumps) == 2 and flight_offline.world_size({0: dumps[0]}) == 2  # pg_config lists the ranks
     torn = tmp_path / "run"
     torn.mkdir()
     (torn / "fr-0.pkl").write_bytes(open(os.path.join(traces, "fr-0.pkl"), "rb").read())

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from sandbox import flight, policy, words
+from sandbox import flight, flight_offline, policy, words
 from sandbox.events import TRACE_FILE, FormatError, load_dir
 from sandbox.result import Diagnosis, RankResult, RunResult
 
@@ -31,7 +31,7 @@ def load_result(trace_dir: str, prefix: str = flight.PREFIX) -> RunResult:
         absent = []
     else:
         dumps = {r: flight.load(p) for r, p in flight.find(trace_dir, prefix).items()}
-        tracks = flight.tracks_from_dumps(dumps)
+        tracks = flight_offline.tracks_from_dumps(dumps)
         absent = sorted(set(tracks) - set(dumps))
     j = policy.judge(tracks)
     if dumps and not any(TRACE_FILE.fullmatch(n) for n in os.listdir(trace_dir)) and j.verdict == "ok":

@@ -35,7 +35,7 @@ def arm(directory: str, rank: int) -> bool:
 
 
 _final = False
-SETTLE_S = 0.1  # how long the last dump waits for gloo to mark the rank's last calls completed
+SETTLE_S = 0.5  # how long the last dump waits for gloo to mark the rank's last calls completed
 
 
 def _serve() -> None:
