@@ -178,7 +178,7 @@ def _run_all(bugs, a) -> int:
             rows.append({"bug": bug.slug, "variant": "both", "as_documented": None, "skipped":
                          f"needs {n} GPUs, {gpus} visible"})
             if not a.json:
-                print(f"{bug.slug:16} skipped: needs {n} GPUs (one per rank), {gpus} visible", flush=True)
+                print(f"{bug.slug:22} skipped: needs {n} GPUs (one per rank), {gpus} visible", flush=True)
             continue
         for v in _variants(a):
             res, ok, why = run_variant(bug, v, n, gpu=a.gpu, debug=a.debug)
@@ -189,7 +189,7 @@ def _run_all(bugs, a) -> int:
                 mark = "as documented" if ok else "NOT as documented: " + "; ".join(why)
                 if warned:  # a broken variant that finished names the contract it broke (kv-sync on NCCL)
                     mark += f", {'warnings' if len(warned) > 1 else 'warning'} {', '.join(warned)}"
-                print(f"{bug.slug:16} {v:7} {res.headline():47} {mark}", flush=True)
+                print(f"{bug.slug:22} {v:7} {res.headline():47} {mark}", flush=True)
     total = time.monotonic() - t0
     ran = [r for r in rows if r["as_documented"] is not None]
     # decided from every row at the end, not accumulated run by run: one variant not as documented, wherever it
@@ -216,10 +216,24 @@ def _print_run(bug, variant, run, timeline, gpu=False) -> None:
     console.print(Rule(f"{bug.slug}: {variant}", align="left"))
     report.print_result(run.result, logs=True, max_log_lines=6)
     mark = "[green]as documented[/]" if run.as_documented else "[red]NOT as documented[/]: " + "; ".join(run.why_not)
-    console.print(f"expected: {bug.expect(variant, gpu).describe()} -> {mark}")
+    expect = bug.expect(variant, gpu)
+    if getattr(expect, "differs_from_reference", False) and run.result.verdict == "ok":
+        _print_first_difference(console, run.result)
+    console.print(f"expected: {expect.describe()} -> {mark}")
     if timeline:
         console.print(f"timeline: {timeline}")
     console.print()
+
+
+def _print_first_difference(console, res) -> None:
+    """A variant whose symptom is a wrong answer finishes "OK": say where it first departs from the reference."""
+    from sandbox.bugs.reference import differences, reference_of
+
+    ref = reference_of(res)
+    found = differences(res, ref) if ref is not None else []
+    if found:
+        more = f" (and {len(found) - 1} more rank{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
+        console.print(f"wrong answer: rank {found[0].rank} {found[0].sentence()}{more}")
 
 
 if __name__ == "__main__":

@@ -178,6 +178,33 @@ def test_values_are_not_compared_unless_asked():
     assert judged({}, ok_run([3, 4], reference=3))[0]
 
 
+def test_a_silent_bug_must_differ_from_the_reference():
+    """A broken variant that finishes (sampler-set-epoch: every epoch visits the data in the same order) is as
+    documented only when its answer is wrong: a run that happened to be right must be rejected."""
+    expect = {"verdict": "ok", "differs_from_reference": True}
+    ref = {"per_rank": [{"epoch 1": [3, 1]}, {"epoch 1": [2, 0]}]}
+    assert judged(expect, ok_run([{"epoch 1": [1, 3]}, {"epoch 1": [2, 0]}], ref)) == (True, [])  # rank 0 differs
+    ok, why = judged(expect, ok_run([{"epoch 1": [3, 1]}, {"epoch 1": [2, 0]}], ref))
+    assert not ok and why == ["every rank's value equals the single-process reference, so the wrong answer did not show"]
+
+
+def test_a_silent_bug_without_a_reference_is_rejected():
+    ok, why = judged({"differs_from_reference": True}, ok_run([3, 4]))
+    assert not ok and why == ["no reference to compare with"]
+    assert judged({"differs_from_reference": True}, ok_run([3, 4]), reference=3)[0]  # one passed in counts
+    assert not judged({"differs_from_reference": True}, ok_run([3, 3]), reference=3)[0]
+
+
+def test_a_silent_bug_that_does_not_finish_is_judged_by_its_verdict_alone():
+    ok, why = judged({"verdict": "ok", "differs_from_reference": True}, hang())
+    assert not ok and why == ["verdict hang, expected ok"]
+
+
+def test_describe_says_what_a_silent_bug_shows():
+    assert Expect("ok", differs_from_reference=True).describe() == "ok, != single-process reference"
+    assert Expect("ok", matches_reference=True).describe() == "ok, = single-process reference"
+
+
 def test_several_failures_are_all_named():
     ok, why = judged({"verdict": "hang", "kind": "p2p_cycle", "culprits": [1], "error": "nope", "output": "nope"},
                      Result("error", [Rank(0), Rank(1)], Diagnosis(kind="rank_error", cause="boom", culprit_ranks=[0])))

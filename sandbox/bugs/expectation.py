@@ -41,10 +41,16 @@ def unmet_expectations(expect, res, *, reference=None, debug: bool = False) -> l
             why.append("no reference to compare with")
         else:
             why += [f"rank {d.rank} {d.sentence()}" for d in differences(res, ref)]
+    if expect.differs_from_reference and res.verdict == "ok":
+        ref = reference if reference is not None else reference_of(res)
+        if ref is None:
+            why.append("no reference to compare with")
+        elif not differences(res, ref):  # the silent bug did not show: a right answer is not its symptom
+            why.append("every rank's value equals the single-process reference, so the wrong answer did not show")
     return why
 
 
 def culprit_ranks(culprits: list[int] | str, world_size: int) -> list[int]:
     """An Expect's culprits for a run of `world_size` ranks."""
-    named = {"others": range(1, world_size), "odd": range(1, world_size, 2)}
+    named = {"others": range(1, world_size), "odd": range(1, world_size, 2), "last": [world_size - 1]}
     return list(named[culprits]) if isinstance(culprits, str) else culprits

@@ -18,10 +18,13 @@ class Expect:
     """What a variant must show. Every field that is set must hold (sandbox/bugs/expectation.py holds a run to it)."""
     verdict: str | tuple[str, ...] = "ok"              # one verdict, or any of several (gloo hangs or aborts)
     kind: str | None = None                             # the sandbox's diagnosis kind
-    culprits: list[int] | str | None = None             # culprit ranks; "others" = every rank but 0, "odd"
+    culprits: list[int] | str | None = None             # culprit ranks; "others" = every rank but 0, "odd", "last"
     error: str | None = None                            # a regex that some rank's error or output must match
     output: str | None = None                           # a regex that some rank's output must match
     matches_reference: bool = False                     # each rank's value equals reference() (torch.testing)
+    # a run that finishes with a wrong answer (a silent bug): some rank's value is NOT reference(). A broken variant
+    # that finishes is as documented only when the wrong answer shows, so a run that happened to be right is not
+    differs_from_reference: bool = False
     warns: str | None = None                            # a run that finishes must carry this contract warning kind
     note: str = ""                                      # how to read it, in one line
 
@@ -36,6 +39,8 @@ class Expect:
             bits.append(f"error /{self.error}/")
         if self.matches_reference:
             bits.append("= single-process reference")
+        if self.differs_from_reference:
+            bits.append("!= single-process reference")
         if self.warns:
             bits.append(f"warning {self.warns} if it finishes")
         return ", ".join(bits)
