@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sysconfig
 
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -82,5 +83,11 @@ def resolve(shown: str) -> str:
     return mine if os.path.exists(mine) else os.path.abspath(shown)
 
 
+_OTHER_STDLIB = re.compile(r"[/\\]lib[/\\]python3\.\d+[/\\](?!(site|dist)-packages[/\\])")
+
+
 def is_stdlib(path: str) -> bool:
-    return path.startswith(_STDLIB) and f"{os.sep}site-packages{os.sep}" not in path
+    """Python's own library, here or (by the shape of its path) in a trace from another machine."""
+    if path.startswith(_STDLIB):
+        return f"{os.sep}site-packages{os.sep}" not in path
+    return _OTHER_STDLIB.search(path) is not None

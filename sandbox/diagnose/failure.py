@@ -8,8 +8,9 @@ from dataclasses import replace
 
 from sandbox import words
 from sandbox.diagnose import framework
-from sandbox.diagnose.hang import missing
+from sandbox.diagnose.hang import busy_at_timeout, missing
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch
+from sandbox.diagnose.sharding import fsdp_words
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
 
@@ -36,9 +37,12 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
     if d is not None:  # the ranks whose error the diagnosis explains are not told again as their peers
         told = set(d.culprit_ranks) | {int(r) for r in d.details.get("unused", {})}
         return _noted(d, _peer_words(tracks, outcomes, sorted(told)))
-    d = framework.uneven_steps(tracks, pend) or bucket_mismatch(tracks, pend)
+    d = framework.uneven_steps(tracks, pend) or fsdp_words(bucket_mismatch(tracks, pend), tracks)
     if d is not None:
         return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks))
+    d = busy_at_timeout(tracks, outcomes)  # before "who died first": a watchdog's abort is the victim's, not the cause
+    if d is not None:
+        return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks + d.details["timed_out"]))
 
     def first(ts):
         return min(ts, key=lambda t: (t.exit_t or float("inf"), t.rank))

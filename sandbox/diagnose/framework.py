@@ -9,9 +9,10 @@ the Flight Recorder lens, `sandbox.flight`) and what its constructor and reducer
 """
 from __future__ import annotations
 
+import ast
 import re
 
-from sandbox import branches, calls, words
+from sandbox import _paths, branches, calls, words
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
 
@@ -19,9 +20,18 @@ JOIN_ADVICE = ("Under DDP every rank must run the same number of steps: give eve
                " (DistributedSampler(drop_last=True), equal shards), or wrap the loop in `with model.join():`"
                " (torch.distributed.algorithms.join.Join), which lets a rank that ran out of data shadow the others'"
                " all_reduces.")
+NO_SYNC_ADVICE = ("With gradient accumulation every rank must leave no_sync() on the same micro-step: agree on the"
+                  " accumulation count before the loop (a constant, or all_reduce(MIN) of the per-rank counts);"
+                  " never derive it from one rank's own data.")
 UNUSED = re.compile(r"Expected to have finished reduction in the prior iteration")
 UNUSED_INDICES = re.compile(r"Parameter indices which did not receive grad for rank (\d+):\s*([\d ]+)")
 UNUSED_NAMES = re.compile(r"Parameters which did not receive grad for rank (\d+):\s*([^\n]+)")
+COUNT = re.compile(r"DDP expects same model across all ranks, but Rank (\d+) has (\d+) params, while rank (\d+) has"
+                   r" inconsistent (\d+) params")
+SAME_MODEL = ("Build the same model on every rank: agree on what sets its sizes before building it (read the config"
+              " once, on rank 0, and broadcast it with broadcast_object_list; compute a vocabulary or label set from"
+              " the whole dataset, or gather every rank's part, not from this rank's shard; or give every rank the"
+              " same file).")
 SHAPES = re.compile(r"params\[(\d+)\] in this process with sizes \[([^\]]*)\] appears not to match sizes of the"
                     r" same param in process (\d+)")
 
@@ -39,7 +49,10 @@ def _backward_calls(t: RankTrack) -> list[dict]:
 def uneven_steps(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnosis | None:
     """A rank stuck (or failed) in a gradient all_reduce of DDP's backward, having made more or fewer of them than
     its peers."""
-    stuck = {r: p for r, p in pend.items() if p.get("lens") == "flight" and p.get("via") == "backward()"}
+    # in backward() (gloo blocks the host there), or queued: NCCL puts the all_reduce on the GPU stream and the
+    # host goes on until it waits for the GPU (a .item(), a copy to the CPU), so the stack shows no backward()
+    stuck = {r: p for r, p in pend.items() if p.get("lens") == "flight" and p.get("op") == "all_reduce"
+             and (p.get("via") == "backward()" or (p.get("via") is None and _queued(tracks[r])))}
     if not stuck:
         return None
     counts = {r: len(_backward_calls(t)) for r, t in tracks.items() if any(e.get("lens") == "flight" for e in t.events)}
@@ -55,11 +68,19 @@ def uneven_steps(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnos
     p = stuck[r]
     size = p.get("shapes")[0] if p.get("shapes") else None
     told = "; ".join(f"{words.ranks(rs)} made {c}" for c, rs in sorted(by_count.items()))
-    cause = (f"{words.ranks(odd).capitalize()} ran {'more' if more else 'fewer'} training steps than"
-             f" {words.ranks(rest)}: DDP's backward ({_line(p)}) made a different number of gradient all_reduces on"
-             f" each ({told}), so {words.ranks([r])}'s all_reduce #{p.get('seq')} of group {p.get('group')}"
-             f"{f' ({size[0] if len(size) == 1 else size} elements)' if size else ''} has no partner"
-             f"{_elsewhere(tracks, rest)}. {JOIN_ADVICE}")
+    if _uses_no_sync(p.get("site")):
+        cause = (f"{words.ranks(odd).capitalize()} left DDP's no_sync() {'more' if more else 'less'} often than"
+                 f" {words.ranks(rest)}: the backward outside no_sync() ({_backward_where(p)}) made a different"
+                 f" number of gradient all_reduces on each ({told}), so the ranks synchronised on different"
+                 f" micro-steps (their earlier all_reduces averaged gradients of different micro-batches) and"
+                 f" {words.ranks([r])}'s all_reduce #{p.get('seq')} of group {p.get('group')} has no partner"
+                 f"{_elsewhere(tracks, rest)}. {NO_SYNC_ADVICE}")
+    else:
+        cause = (f"{words.ranks(odd).capitalize()} ran {'more' if more else 'fewer'} training steps than"
+                 f" {words.ranks(rest)}: DDP's backward ({_backward_where(p)}) made a different number of"
+                 f" gradient all_reduces on each ({told}), so {words.ranks([r])}'s all_reduce #{p.get('seq')} of group"
+                 f" {p.get('group')}{f' ({size[0] if len(size) == 1 else size} elements)' if size else ''} has no"
+                 f" partner{_elsewhere(tracks, rest)}. {JOIN_ADVICE}")
     return Diagnosis(kind="uneven_steps", cause=cause, culprit_ranks=odd, op="all_reduce", group=p.get("group"),
                      seq=p.get("seq"), site=p.get("site"),
                      details={"gradient_all_reduces": {str(q): c for q, c in sorted(counts.items())},
@@ -85,6 +106,28 @@ def _elsewhere(tracks: dict[int, RankTrack], rs: list[int]) -> str:
         at.setdefault(words.where(tracks[r]), []).append(r)
     return (": " + "; ".join(f"{words.ranks(qs)} {'is' if len(qs) == 1 else 'are'} {w}" for w, qs in at.items())
             if at else "")
+
+
+def _uses_no_sync(site: str | None) -> bool:
+    """Does the user's file of this call use DDP's no_sync() (gradient accumulation)?"""
+    frames = branches.site_frame(site)
+    try:
+        with open(frames[0][0], encoding="utf-8") as f:
+            return ".no_sync(" in f.read()
+    except (IndexError, OSError, UnicodeDecodeError):  # no file to read (a trace from elsewhere): the general words
+        return False
+
+
+def _queued(t: RankTrack) -> bool:
+    """Does this rank's backend queue collectives on a GPU stream (NCCL), so the host may be past the call?"""
+    return any(str(ev.get("backend", "")).lower() == "nccl" for ev in t.events if ev.get("op") == "init_process_group")
+
+
+def _backward_where(p: dict) -> str:
+    if p.get("via") == "backward()":
+        return _line(p)
+    return (f"its all_reduce queued on the GPU stream, while the host went on to {_line(p)}, where it waits for the"
+            f" GPU")
 
 
 def _line(p: dict) -> str:
@@ -121,7 +164,7 @@ def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
     attrs = sorted({n.split(".")[0] for n in unused})
     files = sorted({ev["site"].rpartition(":")[0] for t in tracks.values() for ev in t.events + t.ddp
                     if isinstance(ev.get("site"), str) and ":" in ev["site"]})
-    branch = branches.rank_branch_using(files, attrs) if attrs else None
+    branch = (branches.rank_branch_using(files, attrs) or _branch_using(files, attrs)) if attrs else None
     e = raised[first]
     named = (f"Parameter{'s' if len(unused) > 1 else ''} {words.listed(unused)}" if unused else "Some parameters")
     cause = (f"{named} got no gradient on {words.ranks(sorted(raised))}"
@@ -135,16 +178,42 @@ def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
         r, p = min(waited.items())
         cause += (f" {words.ranks(sorted(waited)).capitalize()} all_reduced the bucket ({words.call(p)} at"
                   f" {p.get('site')}) and waited for ranks that never would.")
-    if branch:
-        cause += (f" The forward differs by rank: `if {branch['test']}:` at {branch['site']} uses"
-                  f" {', '.join('self.' + a for a in branch['attrs'])} on some ranks only.")
-    cause += (" Make the forward use the same parameters on every rank, or pass find_unused_parameters=True to"
-              " DistributedDataParallel (it then walks the autograd graph after every forward to mark unused"
-              " parameters ready, which costs time each step).")
+    used = ", ".join("self." + a for a in branch["attrs"]) if branch else ""
+    if branch and branches.RANKISH.search(branch["test"]):
+        cause += f" The forward differs by rank: `if {branch['test']}:` at {branch['site']} uses {used} on some ranks only."
+    elif branch:  # a test on the data: it came out one way on some ranks, the other way on the rest
+        cause += (f" The forward takes another path on {words.ranks(sorted(raised))}: `if {branch['test']}:` at"
+                  f" {branch['site']} uses {used}, and its test went the other way there (a branch on the data).")
+    cause += (" Make the forward use the same parameters on every rank (run the layer everywhere and multiply its"
+              " output by 0 where it is not wanted), or pass find_unused_parameters=True to DistributedDataParallel"
+              " (it then walks the autograd graph after every forward to mark unused parameters ready, which costs"
+              " time each step).")
     return Diagnosis(kind="unused_parameters", cause=cause, culprit_ranks=others or sorted(raised),
                      site=branch["site"] if branch else e.get("site"),
                      details={"unused": {str(r): ns for r, ns in sorted(names.items())},
                               **({"branch": {k: branch[k] for k in ("test", "site")}} if branch else {})})
+
+
+def _branch_using(paths: list[str], attrs: list[str]) -> dict | None:
+    """Any `if` in these files whose body (or else) uses one of these attributes, rank-dependent or not (`if image
+    is not None:` before `self.vision(image)`): {"test", "site", "attrs"}, the first in file order; None if none.
+    The rank-dependent one, where there is one, is branches.rank_branch_using's."""
+    want = set(attrs)
+    for shown in paths:
+        path = _paths.resolve(shown)
+        try:
+            with open(path, encoding="utf-8") as f:
+                src = f.read()
+            tree = ast.parse(src, path)
+        except (OSError, SyntaxError, ValueError):  # a site we cannot read (a notebook cell, a deleted file): no branch
+            continue
+        for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.If)), key=lambda n: n.lineno):
+            used = sorted({a.attr for part in node.body + node.orelse for a in ast.walk(part)
+                           if isinstance(a, ast.Attribute) and a.attr in want})
+            if used:
+                test = " ".join((ast.get_source_segment(src, node.test) or "").split())
+                return {"test": test, "site": f"{words.shown_path(path)}:{node.lineno}", "attrs": used}
+    return None
 
 
 def model_differs(tracks: dict[int, RankTrack]) -> Diagnosis | None:
@@ -169,11 +238,34 @@ def model_differs(tracks: dict[int, RankTrack]) -> Diagnosis | None:
         told = "; ".join(f"{words.ranks(rs)} {'has' if len(rs) == 1 else 'have'} {list(s)}" for s, rs in camps)
         cause = (f"The ranks built different models: at DistributedDataParallel(...) ({site}) parameter"
                  f" {name or f'#{i}'} differs: {told}. DDP's constructor checks every parameter's shape across"
-                 " ranks and stops. Build the same model on every rank: read the config once (on rank 0) and"
-                 " broadcast it (broadcast_object_list), or give every rank the same file.")
+                 f" ranks and stops. {SAME_MODEL}")
         return Diagnosis(kind="model_differs", cause=cause, culprit_ranks=odd, op="DistributedDataParallel",
                          site=site, details={"param": name or i, "shapes": {str(list(s)): rs for s, rs in camps}})
-    return None
+    return _params_count_differs(tracks)
+
+
+def _params_count_differs(tracks: dict[int, RankTrack]) -> Diagnosis | None:
+    """DDP's constructor found the ranks' models hold different numbers of parameters (a layer more on some)."""
+    said = next(((r, m) for r, t in sorted(tracks.items())
+                 if (m := COUNT.search((t.error or {}).get("message") or ""))), None)
+    if said is None:
+        return None
+    r, m = said
+    counts: dict[int, list[int]] = {}
+    for q, u in sorted(tracks.items()):
+        if u.ddp:
+            counts.setdefault(len(_ddp_params(u)), []).append(q)
+    if len(counts) < 2:  # no records of the others: what DDP said
+        counts = {int(m.group(2)): [int(m.group(1))], int(m.group(4)): [int(m.group(3))]}
+    camps = sorted(counts.items(), key=lambda kv: (len(kv[1]), kv[1]))
+    t = tracks[r]
+    site = (t.ddp[-1].get("site") if t.ddp else None) or t.error.get("site")
+    told = "; ".join(f"{words.ranks(rs)} {'has' if len(rs) == 1 else 'have'} {n}" for n, rs in camps)
+    cause = (f"The ranks built different models: at DistributedDataParallel(...) ({site}) the number of parameters"
+             f" differs: {told}. DDP's constructor checks the count and every shape across ranks and stops."
+             f" {SAME_MODEL}")
+    return Diagnosis(kind="model_differs", cause=cause, culprit_ranks=camps[0][1], op="DistributedDataParallel",
+                     site=site, details={"param_counts": {str(n): rs for n, rs in camps}})
 
 
 def _made_under(t: RankTrack, via: str) -> int:
@@ -184,7 +276,10 @@ def bucket_without_partner(tracks: dict[int, RankTrack], pend: dict[int, dict]) 
     """From dumps with frames alone (no error messages): ranks stuck in a gradient all_reduce of DDP's backward
     while the others, through DDP's construction like them, made no gradient all_reduce at all: on those, some
     parameters got no gradient, so their reducer never launched the bucket."""
-    stuck = {r: p for r, p in pend.items() if p.get("lens") == "flight" and p.get("via") == "backward()"}
+    # in backward() (gloo blocks the host there), or queued: NCCL puts the all_reduce on the GPU stream and the
+    # host goes on until it waits for the GPU (a .item(), a copy to the CPU), so the stack shows no backward()
+    stuck = {r: p for r, p in pend.items() if p.get("lens") == "flight" and p.get("op") == "all_reduce"
+             and (p.get("via") == "backward()" or (p.get("via") is None and _queued(tracks[r])))}
     if not stuck:
         return None
     built = {r: _made_under(t, "DistributedDataParallel(...)") for r, t in tracks.items()}

@@ -1,14 +1,18 @@
 """Naming the cause of a hang, a timeout or an interrupted run: every rank is blocked (or the clock ran out), and
 the rules say why, first match wins: a rendezvous mismatch, a group mismatch, a collective mismatch, a cycle of
-point-to-point calls, or ranks that never arrive.
+point-to-point calls, or ranks that never arrive. `busy_at_timeout` names the other kind of timeout, the one a
+process group's own clock ends: peers gave up at a collective while a rank was still running its own code.
 """
 from __future__ import annotations
 
-from sandbox import words
+import re
+
+from sandbox import _paths, words
 from sandbox.calls import is_collective, op_of, p2p_direction
 from sandbox.diagnose import framework
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
+from sandbox.diagnose.sharding import fsdp_words
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
 
@@ -102,7 +106,8 @@ def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
     pend = {r: blocked_call(t) for r, t in tracks.items() if blocked_call(t) is not None}
     for finder in (lambda: init_mismatch(tracks), lambda: group_mismatch(tracks, strict=True),
                    lambda: framework.uneven_steps(tracks, pend),
-                   lambda: framework.bucket_without_partner(tracks, pend), lambda: bucket_mismatch(tracks, pend),
+                   lambda: framework.bucket_without_partner(tracks, pend),
+                   lambda: fsdp_words(bucket_mismatch(tracks, pend), tracks),
                    lambda: p2p(tracks, pend), lambda: missing(tracks, pend)):
         d = finder()
         if d is not None:
@@ -149,3 +154,98 @@ def diagnose_interrupted(tracks: dict[int, RankTrack]) -> Diagnosis:
         if hang.kind != "none":
             return hang.led_by("Interrupted while deadlocked.")
     return d
+
+
+# what a rank says when its own collective hit the process group's timeout (gloo's wait for a peer's data, NCCL's
+# watchdog): the message of the waiting side, never of the rank it waited for
+PG_TIMED_OUT = re.compile(r"Timed out waiting \d+ ?ms|Watchdog caught collective operation timeout|"
+                          r"operation timed out|Timeout\(ms\)=", re.I)
+STRAGGLER_ADVICE = (" Give that step more time on every rank (a group of its own made with new_group(timeout=...),"
+                    " or a longer init_process_group timeout on all ranks), move it out of the way of the others"
+                    " (an asynchronous save, torch.distributed.checkpoint.async_save), or wait with"
+                    " monitored_barrier(timeout=...), whose error names the rank to look at.")
+_STACK_FRAME = re.compile(r'\s+File "(.+)", line (\d+) in (\S+)')
+
+
+def _timed_out_at(t: RankTrack, crashed: bool) -> tuple[dict, float] | None:
+    """(the collective, when it failed) for a rank whose collective ended at the group's timeout: an error that
+    says so, or (NCCL: the watchdog aborts the process) a crash inside a collective."""
+    call = t.pending if crashed else t.failed_call
+    if call is None or not is_collective(call):
+        return None
+    if crashed:
+        return (call, t.exit_t) if t.exit_t is not None else None
+    if not PG_TIMED_OUT.search((t.error or {}).get("message", "")):
+        return None
+    end = next((ev for ev in reversed(t.events) if ev.get("ev") == "exit" and ev.get("id") == call.get("id")), None)
+    return call, (end or {}).get("t", call.get("t", 0.0))
+
+
+def _in_a_call_at(t: RankTrack, when: float) -> bool:
+    """Was rank t inside a distributed call at time `when` (entered before, not yet returned)?"""
+    exits = {ev.get("id"): ev.get("t", 0.0) for ev in t.events if ev.get("ev") in ("exit", "done")}
+    return any(ev.get("ev") == "enter" and ev.get("t", 0.0) <= when and exits.get(ev.get("id"), float("inf")) > when
+               for ev in t.events)
+
+
+def user_frames(stack: str | None) -> list[str]:
+    """'file:line (in function)' of the user's frames of a faulthandler dump, innermost first, from the first thread
+    that has any (the same rule as the tracer's call sites: not torch, not the sandbox's plumbing)."""
+    for block in re.split(r"\n(?=\S)", stack or ""):
+        found = [f"{_paths.shown_path(m.group(1))}:{m.group(2)} (in {m.group(3)})"
+                 for m in map(_STACK_FRAME.match, block.splitlines())
+                 if m and not (_paths.is_plumbing(m.group(1)) or _paths.is_stdlib(m.group(1)) or m.group(1).startswith("<"))]
+        if found:
+            return found
+    return []
+
+
+def _where_busy(t: RankTrack, when: float) -> tuple[str, str | None]:
+    """Where a rank that was in no call at `when` was: its stack, if it is still outside any call; else between
+    its last call before then and its first call after."""
+    frames = user_frames(t.stack) if t.pending is None else []
+    if frames:
+        caller = f", called from {frames[1]}" if len(frames) > 1 else ""
+        return f"running its own code at {frames[0]}{caller}", frames[0].split(" (")[0]
+    enters = [ev for ev in t.events if ev.get("ev") == "enter"]
+    before = [ev for ev in enters if ev.get("t", 0.0) <= when]
+    after = [ev for ev in enters if ev.get("t", 0.0) > when]
+    said = "running its own code"
+    if before:
+        said += f" after {words.call(before[-1])} at {before[-1].get('site')} had returned"
+    if after:
+        said += f"; it reached {words.call(after[0])} at {after[0].get('site')} {after[0]['t'] - when:.1f} s later"
+    return said, before[-1].get("site") if before else None
+
+
+def busy_at_timeout(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> Diagnosis | None:
+    """Ranks whose collective hit the process group's timeout while a peer of that call was in no distributed call
+    at all, busy in its own code (a checkpoint written by rank 0 while the others wait at a barrier): that peer is
+    the cause, not hung and not missing, and the ranks that timed out are its victims."""
+    timed = {}
+    for r, t in tracks.items():
+        got = _timed_out_at(t, outcomes.get(r) == "crashed") if outcomes.get(r) in ("error", "crashed") else None
+        if got is not None:
+            timed[r] = got
+    if not timed:
+        return None
+    first = min(timed, key=lambda r: timed[r][1])
+    call, when = timed[first]
+    busy = [q for r, q in sorted(tracks.items())
+            if r not in timed and r in (call.get("group") or ()) and (q.hello is not None or q.events)
+            and not (q.end is not None and q.end.get("t", when) < when) and not _in_a_call_at(q, when)]
+    if not busy:
+        return None
+    where = {q.rank: _where_busy(q, when) for q in busy}
+    msg = next((words.short(tracks[r].error["message"]) for r in sorted(timed) if tracks[r].error), None)
+    said = f" ({msg[:160]})" if msg else " (the process was aborted: NCCL's watchdog)"
+    waiting = sorted(timed)
+    cause = (f"Not a hang: {words.ranks(waiting)} timed out in {words.call(call)} at {call.get('site')}{said}"
+             f" while {'; '.join(f'rank {r} was {w}' for r, (w, _) in where.items())}, outside any torch.distributed"
+             f" call. {words.ranks(list(where)).capitalize()} {'is' if len(where) == 1 else 'are'} the cause: not"
+             f" hung and not missing, but slower than the process group's timeout at that line; the ranks that"
+             f" timed out only waited for {'it' if len(where) == 1 else 'them'}." + STRAGGLER_ADVICE)
+    return Diagnosis(kind="straggler", cause=cause, culprit_ranks=sorted(where), op=op_of(call),
+                     group=call.get("group"), seq=call.get("seq"), site=next(iter(where.values()))[1] or call.get("site"),
+                     details={"busy": {str(r): w for r, (w, _) in where.items()}, "timed_out": waiting,
+                              "waiting_at": call.get("site")})

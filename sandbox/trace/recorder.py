@@ -47,9 +47,31 @@ def _serve() -> None:
 def _snapshot():
     import torch
 
+    c10d = torch._C._distributed_c10d
     # without the Python frames: turning them into text imports torch._inductor (seconds, the first time); the
     # tracer's own calls and the rank's stack and traceback give the user's lines (`sandbox.flight.merge`)
-    return torch._C._distributed_c10d._dump_fr_trace(includeStackTraces=False)
+    raw = c10d._dump_fr_trace(includeStackTraces=False)
+    if torch.cuda.is_available() and hasattr(c10d, "_dump_nccl_trace"):
+        # NCCL keeps a recorder of its own (its entries carry CUDA events), which the generic dump leaves out
+        # (torch 2.11 on H100s: DDP's all_reduces were in _dump_nccl_trace only)
+        nccl = c10d._dump_nccl_trace(includeCollectives=True, includeStackTraces=False, onlyActive=False)
+        raw = _joined(raw, nccl)
+    return raw
+
+
+def _joined(*raws: bytes) -> bytes:
+    """One dump of several recorders' (gloo's and NCCL's, in a job with groups of both): their entries, groups
+    and status together. A dump with no entries adds nothing."""
+    dumps = [d for d in (pickle.loads(r) for r in raws) if d.get("entries")]
+    if len(dumps) <= 1:
+        return pickle.dumps(dumps[0]) if dumps else raws[0]
+    out = dict(dumps[0])
+    for i, d in enumerate(dumps[1:], 1):  # record ids are per recorder: keep them apart
+        out["entries"] = out["entries"] + [dict(e, record_id=e.get("record_id", 0) + i * 1_000_000)
+                                           for e in d["entries"]]
+        for key in ("pg_config", "pg_status"):
+            out[key] = {**(out.get(key) or {}), **(d.get(key) or {})}
+    return pickle.dumps(out)
 
 
 def _settled(raw: bytes) -> bool:
