@@ -150,18 +150,28 @@ def _module_file(name: str) -> str | None:
     return spec.origin if spec is not None and spec.has_location else None
 
 
-def needs_preload(target: dict) -> bool:
+def needs_preload(target: dict, modules=()) -> bool:
     """Does the code this run runs mention what imports PRELOAD? Read from the script's or module's source, or the
-    bytes of a function sent by value (cloudpickle keeps the names it refers to); a file that cannot be read is
-    read as no (its run imports what it needs itself, as without a preload)."""
-    if target.get("fn_bytes"):
-        return bool(NEEDS_PRELOAD.search(target["fn_bytes"]))
+    bytes of a function sent by value (cloudpickle keeps the names it refers to), and from the source of the
+    modules the run asks to import before the fork (a catalogue run's target is a small runner; its bug module is
+    the code); a file that cannot be read is read as no (its run imports what it needs itself, as without a
+    preload)."""
+    if target.get("fn_bytes") and NEEDS_PRELOAD.search(target["fn_bytes"]):
+        return True
+    names = list(modules)
     path = target.get("path")
-    if path is None:
+    if path is None and not target.get("fn_bytes"):
+        names.insert(0, target["name"] if target["kind"] == "module" else target["module"])
+    paths = [path] if path else []
+    for name in names:
         try:
-            path = _module_file(target["name"] if target["kind"] == "module" else target["module"])
+            paths.append(_module_file(name))
         except (ImportError, ValueError):  # a malformed name: the run reports it itself
-            return False
+            continue
+    return any(_mentions_preload(p) for p in paths)
+
+
+def _mentions_preload(path) -> bool:
     try:
         with open(path, "rb") as f:
             return bool(NEEDS_PRELOAD.search(f.read()))
@@ -268,7 +278,7 @@ def run(spec_path: str, parent: int) -> None:
             say(fatal=f"--gpu needs one GPU per rank: {spec['world_size']} ranks, {info['gpus']} GPU(s) visible.",
                 usage=True)
             return
-    if wanted() and not preloaded() and needs_preload(spec["target"]):
+    if wanted() and not preloaded() and needs_preload(spec["target"], spec.get("preload") or ()):
         preload()
     info["preloaded"] = [m for m in PRELOAD if m in sys.modules]
     try:

@@ -149,3 +149,12 @@ def test_a_modules_source_is_read_without_importing_it(tmp_path, monkeypatch):
     assert not zygote.needs_preload({"kind": "module", "name": "jobpkg"})
     assert not zygote.needs_preload({"kind": "module", "name": "no_such_module_anywhere"})
     assert "jobpkg" not in sys.modules
+
+
+def test_a_catalogue_run_reads_its_bug_module_for_the_preload():
+    """A catalogue run's target is the small runner sandbox.bugs._entry; the code is its bug module, named in the
+    run's preload list: a DDP bug preloads, a raw all_gather one does not."""
+    runner = {"kind": "func", "module": "sandbox.bugs._entry", "qualname": "run"}
+    assert not zygote.needs_preload(runner)
+    assert zygote.needs_preload(runner, ["sandbox.bugs.ddp_uneven_inputs"])
+    assert not zygote.needs_preload(runner, ["sandbox.bugs.gather_uneven"])
