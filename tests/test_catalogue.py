@@ -300,3 +300,14 @@ def test_kv_syncs_advice_holds_on_an_odd_number_of_ranks(clean):
     parity = launch(_kv_exchange, world_size=3, args=("parity",), preload=[bug.module])
     assert (parity.verdict, parity.diagnosis.kind) == ("hang", "p2p_cycle"), parity.diagnosis.summary
     assert set(parity.diagnosis.culprit_ranks) >= {0, 2}, parity.diagnosis.summary
+
+
+def test_the_readme_and_the_labs_list_every_bug():
+    """The README's catalogue table has a row for every bug, and labs/README.md one for every notebook."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    rows = set(re.findall(r"^\| `([a-z0-9-]+)` \|", readme, re.M))
+    assert set(BUGS) <= rows, sorted(set(BUGS) - rows)
+    labs = open(os.path.join(ROOT, "labs", "README.md"), encoding="utf-8").read()
+    listed = set(re.findall(r"^\| `(\d\d_[a-z0-9_]+)` \|", labs, re.M))
+    notebooks = {f[:-6] for f in os.listdir(os.path.join(ROOT, "labs")) if f.endswith(".ipynb")}
+    assert listed == notebooks, (sorted(notebooks - listed), sorted(listed - notebooks))
