@@ -109,6 +109,19 @@ def _remember_work(work, ev) -> None:
     outstanding[id(work)] = (work, ev)
 
 
+# Every process group lives until the rank exits (os._exit, sandbox/rank.py), as a script's globals do: dropped
+# by the last DDP model that held one (a Reducer freed when the user's function returns), a gloo group's destructor
+# joined its worker threads with the GIL held while a worker waited for the GIL to free a Python-owned tensor of its
+# last all_reduce (torch 2.13: py-spy showed ~Reducer -> ~ProcessGroupGloo -> thread::join against
+# ~AsyncAllreduceWork -> decref_pyobject -> gil_scoped_acquire), and about 1 run in 10 of a Join loop hung there.
+_groups: list = []
+
+
+def _keep(group) -> None:
+    if group is not None:
+        _groups.append(group)
+
+
 def returned(spec: describe.Spec, call_id: int, ev: dict | None, args: tuple, kwargs: dict, out) -> None:
     """The tracer's bookkeeping after a call returned. Writing its exit line is the last thing it does."""
     name, kind = spec.name, spec.kind
@@ -120,7 +133,9 @@ def returned(spec: describe.Spec, call_id: int, ev: dict | None, args: tuple, kw
         if kind == "init":
             done["world_size"] = dist.get_world_size()
             done["group"] = list(range(done["world_size"]))
+            _keep(dist.distributed_c10d._get_default_group())
         elif kind == "new_group":
+            _keep(out)
             info = describe.group_info(out) if out is not None else None
             done["gname"], done["group"] = info if info else (None, None)
         sink.emit(done)
