@@ -2,30 +2,28 @@
 
 At build time it
 - adds one page per catalogue bug at `bugs/<slug>/` from the registry (`sandbox.bugs.registry()`) and the bug
-  module's own source: its docstring's Symptom / Root cause / Fix (`Bug.parts`, the one parse of it), its real
-  `broken()` and `fixed()` (and the helpers holding its `BUG` / `FIX` lines) side by side, the report of a real run
-  of the broken variant and its timeline; a bug added to the registry gets its page without editing the site. The
-  run is `python -m sandbox.repro SLUG --variant broken --json`: the page reads its JSON (`RunResult.to_dict()`, the
-  contract every tool reads) and draws it with the sandbox's own report, never by scraping what a terminal shows;
+  module's own source (the page's text: docs/catalogue_pages.py); the page draws a real run of the broken variant,
+  `python -m sandbox.repro SLUG --variant broken --json`, from its JSON (`RunResult.to_dict()`, the contract every
+  tool reads) with the sandbox's own report, never by scraping what a terminal shows;
 - executes every lab (`labs/*.ipynb`, committed without outputs) in a real kernel, in parallel, and hands the
   executed copies to mkdocs-jupyter, which renders them under `labs/`;
 - runs `examples/mismatch.py` on 4 ranks (`python -m sandbox.run --json`) for the home page's verdict and timeline;
 - fills the `<!-- gen: NAME -->` markers of the hand-written pages (the CLI's real `--help` texts, README sections,
-  the trace format from `sandbox/events.py`);
+  the trace format from `sandbox/events.py`, the grouped bug index, the index of error messages from the front
+  matter of docs/errors/*.md: docs/error_pages.py);
 - strips any script a notebook template would load from another host (the site is offline).
 
-`docs_queries()` gives, per bug, the text a person would paste into the search box (its error message or symptom):
-the page of that bug puts it verbatim at its top, and the browser test types it.
+`docs_queries()` (catalogue_pages) gives, per bug, the text a person would paste into the search box; the page of
+that bug puts it verbatim at its top, and the browser test types it, as it types each error page's message.
 
-Run the build from the repository root with the package importable (`.venv/bin/mkdocs build --strict`).
+Run the build from the repository root with the package importable (`.venv/bin/mkdocs build --strict`). While
+writing pages, `DOCS_REUSE=DIR` keeps the build-time runs (executed labs, bug runs) in DIR and reuses those found
+there: a rebuild then takes seconds. Never set it for a build that checks the labs (the tests do not).
 """
 from __future__ import annotations
 
-import ast
 import concurrent.futures
 import glob
-import html
-import io
 import json
 import logging
 import os
@@ -35,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from types import SimpleNamespace
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
@@ -45,11 +42,12 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from recognise import recognise_list  # noqa: E402  docs/recognise.py, beside this file
+import catalogue_pages  # noqa: E402  docs/catalogue_pages.py, beside this file: the catalogue's pages
+import error_pages  # noqa: E402  docs/error_pages.py: the index of error messages (docs/errors/)
+# tests/test_docs.py and tests/test_browser.py read these from the hook, as before the split
+from catalogue_pages import bug_order, docs_queries, error_message, fence, lab_of  # noqa: E402,F401
 
-from sandbox import report  # noqa: E402  torch-free until it draws a picture
 from sandbox.bugs import registry  # noqa: E402  reading the registry imports no torch
-from sandbox.result import Diagnosis, RankResult, RunResult  # noqa: E402  torch-free data
 
 log = logging.getLogger("mkdocs.plugins.dist_sandbox")
 LABS_DIR = os.path.join(ROOT, "labs")
@@ -59,85 +57,6 @@ WORKERS = int(os.environ.get("DOCS_JOBS", "2"))
 COLUMNS = "110"
 
 _state: dict = {}
-
-
-# ------------------------------------------------------------------------------------------- what the site shows
-
-def _literal(pattern: str | None) -> str | None:
-    """A regex of the registry made literal (its first alternative), or None when it is not plain text."""
-    if not pattern:
-        return None
-    literal = re.sub(r"\\(.)", r"\1", pattern.split("|")[0])
-    return None if re.search(r"[\[\](){}*+?^$]", literal) else literal
-
-
-def error_message(bug) -> str:
-    """The exact text a user sees and would search for: the error the broken variant must raise (its regex made
-    literal), else the line it must print when the documented symptom quotes it, else the documented symptom."""
-    error = _literal(bug.broken.error)
-    if error:
-        return error
-    output = _literal(bug.broken.output)
-    if output and output in bug.symptom:
-        return output
-    return bug.symptom
-
-
-def docs_queries() -> dict[str, str]:
-    """{slug: the query a person types into the site's search box}; that bug's page must be listed first."""
-    return {slug: error_message(bug) for slug, bug in registry().items()}
-
-
-def lab_of(slug: str) -> str | None:
-    """The lab notebook of a bug (labs/NN_<slug with _>.ipynb), as a path relative to the repository."""
-    for path in sorted(glob.glob(os.path.join(LABS_DIR, "[0-9][0-9]_*.ipynb"))):
-        if os.path.basename(path)[3:-6] == slug.replace("-", "_"):
-            return os.path.relpath(path, ROOT)
-    return None
-
-
-def bug_order() -> list[str]:
-    """Slugs in teaching order: the order of their labs, then the bugs without a lab, alphabetically."""
-    bugs = registry()
-    return sorted(bugs, key=lambda s: (lab_of(s) or "zz", s))
-
-
-_MARK = {"BUG": re.compile(r'(#|""")\s*BUG\b'), "FIX": re.compile(r'(#|""")\s*FIX\b')}
-
-
-def code_of(path: str, variant: str) -> tuple[str, list[int]]:
-    """The real source of `broken`/`fixed` and of every other top-level function of the module holding a BUG/FIX
-    line, in file order; with the line numbers (1-based, in the text returned) of the marked lines."""
-    src = open(path, encoding="utf-8").read()
-    lines = src.splitlines()
-    mark = _MARK["BUG" if variant == "broken" else "FIX"]
-    chunks = []
-    for node in ast.parse(src).body:
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-        body = lines[first - 1:node.end_lineno]
-        if node.name == variant or (node.name not in ("broken", "fixed") and any(mark.search(x) for x in body)):
-            chunks.append(body)
-    text, marked = [], []
-    for chunk in chunks:
-        if text:
-            text.append("")
-        for line in chunk:
-            text.append(line)
-            if mark.search(line):
-                marked.append(len(text))
-    return "\n".join(text), marked
-
-
-def fence(text: str, lang: str = "text", hl: list[int] | None = None, title: str | None = None) -> str:
-    ticks = "````" if "```" in text else "```"
-    opts = []
-    if title:
-        opts.append(f'title="{title}"')
-    if hl:
-        opts.append('hl_lines="' + " ".join(map(str, hl)) + '"')
-    return f"{ticks}{lang} {' '.join(opts)}\n{text}\n{ticks}"
 
 
 # ------------------------------------------------------------------------------------------------- build-time runs
@@ -170,33 +89,6 @@ def run_bug(slug: str, out_dir: str) -> dict:
             "seconds": time.monotonic() - t0}
 
 
-def sandbox_says(run: dict) -> str:
-    """A variant's entry of `python -m sandbox.repro --json` as the terminal shows it: the run's report (drawn by
-    `sandbox.report` from the JSON's result), each rank's last lines, then the expectation it was held to."""
-    mark = "as documented" if run["as_documented"] else "NOT as documented: " + "; ".join(run["why_not"])
-    return report_text(run["result"], max_log_lines=6) + f"\nexpected: {run['expected']} -> {mark}"
-
-
-def report_text(result: dict, max_log_lines: int = report.MAX_LOG_LINES) -> str:
-    """A run's JSON (`RunResult.to_dict()`) drawn by `sandbox.report` as a terminal shows it, without colour."""
-    out = io.StringIO()  # not a terminal: no colour, and the report's own width
-    report.print_result(result_of(result), logs=True, file=out, max_log_lines=max_log_lines)
-    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()).strip("\n")
-
-
-def result_of(d: dict) -> RunResult:
-    """A RunResult back from its JSON (`RunResult.to_dict()`), for the report to draw. The warnings come back as
-    what a report reads of them: their kind, sentence and rule."""
-    g = d["diagnosis"]
-    diagnosis = Diagnosis(kind=g["kind"], cause=g["summary"], culprit_ranks=g["culprit_ranks"], op=g["op"],
-                          group=g["group"], seq=g["seq"], site=g["site"], details=g["details"])
-    ranks = [RankResult(rank=r["rank"], outcome=r["outcome"], exit_code=r["exit_code"], pending=r["pending"],
-                        error=r["error"], output=r["output"], stack=r["stack"], pid=r["pid"]) for r in d["ranks"]]
-    warnings = [SimpleNamespace(kind=w["kind"], summary=w["summary"], rule=w["rule"]) for w in d["warnings"]]
-    return RunResult(verdict=d["verdict"], world_size=d["world_size"], wall_s=d["wall_s"], diagnosis=diagnosis,
-                     ranks=ranks, warnings=warnings)
-
-
 def run_home(out_dir: str) -> dict:
     """examples/mismatch.py on 4 ranks, run as `python -m sandbox.run -n 4 --json --timeline ...`: the home page's
     verdict, drawn from the JSON as the terminal draws it."""
@@ -205,7 +97,7 @@ def run_home(out_dir: str) -> dict:
     p = subprocess.run([sys.executable, "-m", "sandbox.run", "-n", "4", "--json", "--timeline", png,
                         "examples/mismatch.py"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     try:
-        output = report_text(json.loads(p.stdout))
+        output = catalogue_pages.report_text(json.loads(p.stdout))
     except ValueError:  # no JSON: the run itself failed; the page says so and the build log has why
         output = f"(python -m sandbox.run exited {p.returncode}: {p.stderr[-2000:]})"
     return {"rc": p.returncode, "output": output, "timeline": os.path.exists(png)}
@@ -251,19 +143,33 @@ def execute_lab(path: str, out_dir: str, kernel: str, jupyter_path: str) -> dict
 
 
 def start_jobs() -> None:
-    """Start every build-time run at once, on a pool of DOCS_JOBS workers (2 by default)."""
+    """Start every build-time run at once, on a pool of DOCS_JOBS workers (2 by default); under DOCS_REUSE, only
+    those whose result is not kept there."""
     tmp = tempfile.mkdtemp(prefix="dist-sandbox-docs-")
-    out = os.path.join(tmp, "gen")
+    reuse = os.environ.get("DOCS_REUSE")
+    out = os.path.join(reuse, "gen") if reuse else os.path.join(tmp, "gen")
+    kept = {}
+    if reuse and os.path.exists(os.path.join(reuse, "results.json")):
+        with open(os.path.join(reuse, "results.json"), encoding="utf-8") as f:
+            kept = json.load(f)
     kernel = _kernel(tmp)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS)
     labs = sorted(glob.glob(os.path.join(LABS_DIR, "*.ipynb")))
-    jobs = {"home": pool.submit(run_home, out)}
+    todo = {"home": (run_home, out)}
     # the labs take longest: queue them first
     for path in labs:
-        jobs["lab:" + os.path.basename(path)] = pool.submit(execute_lab, path, out, kernel, os.path.join(tmp, "jupyter"))
+        todo["lab:" + os.path.basename(path)] = (execute_lab, path, out, kernel, os.path.join(tmp, "jupyter"))
     for slug in bug_order():
-        jobs["bug:" + slug] = pool.submit(run_bug, slug, out)
-    _state.update(tmp=tmp, out=out, pool=pool, jobs=jobs, t0=time.monotonic(), labs=labs)
+        todo["bug:" + slug] = (run_bug, slug, out)
+    jobs = {}
+    for key, (fn, *args) in todo.items():
+        done = kept.get(key, {})
+        if done.get("run") if key.startswith("bug:") else done.get("rc") == 0 or (key == "home" and done):
+            jobs[key] = concurrent.futures.Future()
+            jobs[key].set_result(kept[key])
+        else:
+            jobs[key] = pool.submit(fn, *args)
+    _state.update(tmp=tmp, out=out, pool=pool, jobs=jobs, t0=time.monotonic(), labs=labs, reuse=reuse)
 
 
 def result(key: str) -> dict:
@@ -271,77 +177,6 @@ def result(key: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------ the pages
-
-def bug_page(slug: str) -> str:
-    bug = registry()[slug]
-    parts = bug.parts
-    path = os.path.join(ROOT, *bug.module.split(".")) + ".py"
-    rel = os.path.relpath(path, ROOT)
-    msg = error_message(bug)
-    run = result("bug:" + slug)
-    lab = lab_of(slug)
-    out = ["---", "search:", "  boost: 10", "---", "", f"# {bug.title}", ""]
-    # the message is the first heading: a search for it lists this page first (heading words weigh most)
-    out += [f"## {_heading(msg)} {{ #what-you-see }}", ""]
-    if msg != bug.symptom:
-        out += [f"What you see: {html.escape(bug.symptom, quote=False)}", ""]
-    meta = [f"slug `{slug}`", f"{bug.world_size} ranks", f"needs: {bug.needs}",
-            f"module `{rel}`", f"source: {html.escape(bug.source, quote=False)}"]
-    out += [" · ".join(meta), ""]
-    if lab:
-        out += [f"Try it yourself: [the lab](../../{lab}) · at a terminal: `python -m sandbox.repro {slug}`", ""]
-    else:
-        out += [f"At a terminal: `python -m sandbox.repro {slug}`", ""]
-    if parts.get("Simulated"):
-        out += ['!!! note "Simulated"', "", *["    " + x for x in parts["Simulated"].splitlines()], ""]
-    out += ["## The root-cause chain", ""]
-    for key, head in (("Symptom", "Symptom"), ("Root cause", "Root cause"), ("Fix", "Fix")):
-        if parts.get(key):
-            out += [f"**{head}.** " + parts[key], ""]
-    out += ["## Broken and fixed, side by side", "",
-            f"The real code of `{rel}`: the lines marked `BUG` and `FIX` are highlighted.", "",
-            '<div class="grid code-pair" markdown>', ""]
-    for variant in ("broken", "fixed"):
-        text, marked = code_of(path, variant)
-        out += ['<div markdown>', "", fence(text, "python", marked, f"{variant}: {rel}"), "", "</div>", ""]
-    out += ["</div>", ""]
-    out += ["## What the sandbox says", "",
-            f"`python -m sandbox.repro {slug} --variant broken`, run when this page was built:", "",
-            fence(sandbox_says(run["run"])), ""]
-    if bug.broken.note:
-        out += [f"How to read it: {bug.broken.note}.", ""]
-    out += [f"Expected of the broken variant: {bug.broken.describe()}. Of the fixed one: {bug.fixed.describe()}.", ""]
-    if run["timeline"]:
-        out += ["## The timeline", "",
-                "Every rank's `torch.distributed` calls over time; a call still pending when the run was stopped is "
-                "hatched.", "", f"![Timeline of the broken variant of {slug}](timeline.png)", ""]
-    if bug.gpu:
-        out += ["## On real GPUs (NCCL)", "", parts.get("On GPUs", ""), "",
-                f"`python -m sandbox.repro {slug} --gpu` runs it on NCCL, one GPU per rank "
-                f"({bug.gpu.min_world_size} GPUs at least). Expected of the broken variant there: "
-                f"{bug.gpu.broken.describe()}. Of the fixed one: {bug.gpu.fixed.describe()}.", ""]
-    out += ["## How to recognise it in your own code", ""]
-    out += [f"- {x}" for x in recognise_list(slug, bug)] + [""]
-    if lab:
-        out += ["## The lab", "",
-                f"Run the broken code, read the diagnosis, predict, then write the fix yourself: [{os.path.basename(lab)}](../../{lab}).", ""]
-    return "\n".join(out)
-
-
-def _heading(text: str) -> str:
-    """Text safe in a Markdown heading (no markup, no trailing #)."""
-    return html.escape(text, quote=False).replace("`", "").replace("*", "\\*").replace("_", "\\_").rstrip("#")
-
-
-def catalogue_table() -> str:
-    bugs = registry()
-    rows = ["| bug | what you see | needs |", "| --- | --- | --- |"]
-    for slug in bug_order():
-        b = bugs[slug]
-        msg = error_message(b).replace("|", "\\|")
-        rows.append(f"| [{b.title}]({slug}/index.md) | {html.escape(msg, quote=False)} | {b.needs} |")
-    return "\n".join(rows)
-
 
 def readme_section(title: str) -> str:
     """A `## title...` section of README.md, without its heading; links to repository files become plain code."""
@@ -367,7 +202,11 @@ def gen(name: str) -> str:
         return ("![Timeline of examples/mismatch.py on 4 ranks: rank 2 is in a broadcast while the others are in "
                 "an all_reduce](assets/home-timeline.png)") if result("home")["timeline"] else ""
     if name == "catalogue":
-        return catalogue_table()
+        return catalogue_pages.catalogue_table(error_pages.page_for)
+    if name == "home-bugs":
+        return catalogue_pages.home_list()
+    if name == "errors-index":
+        return error_pages.index_table()
     if name.startswith("help "):
         return help_text(name[5:])
     if name.startswith("readme "):
@@ -395,11 +234,16 @@ def _nb_title(path: str) -> str:
     return os.path.basename(path)
 
 
+def bug_page(slug: str) -> str:
+    """A bug's page (docs/catalogue_pages.py) with its build-time run."""
+    return catalogue_pages.bug_page(slug, result("bug:" + slug))
+
+
 # ------------------------------------------------------------------------------------------------------ the events
 
 def on_config(config):
-    """Fill the nav's "Bug catalogue" section with one page per registry bug, in teaching order, and start the
-    build-time runs."""
+    """Fill the nav's "Bug catalogue" section with one page per registry bug, in teaching order, "Error messages"
+    with every page of docs/errors/, "Labs" with every lab, and start the build-time runs."""
     bugs = registry()
     for item in config["nav"]:
         if isinstance(item, dict) and "Bug catalogue" in item:
@@ -408,6 +252,10 @@ def on_config(config):
                                                      any(str(v).startswith("bugs/") and v != "bugs/index.md"
                                                          for v in x.values()))]
             section += [{bugs[s].title: f"bugs/{s}/index.md"} for s in bug_order()]
+        if isinstance(item, dict) and "Error messages" in item:
+            section = item["Error messages"]
+            section[:] = [x for x in section if not isinstance(x, dict)]
+            section += [{p["title"]: f"errors/{name}"} for name, p in error_pages.error_pages().items()]
         if isinstance(item, dict) and "Labs" in item:
             section = item["Labs"]
             section[:] = [x for x in section if not (isinstance(x, dict) and
@@ -431,6 +279,9 @@ def on_files(files, config):
             failed.append(f"{key[4:]}:\n{r['stderr']}")
         if key.startswith("bug:") and r["run"] is None:
             failed.append(f"{key[4:]}: python -m sandbox.repro --json printed no run (exit {r['rc']}):\n{r['stderr']}")
+    if _state["reuse"]:  # kept before the check: a failed run is run again next time, the others are not
+        with open(os.path.join(_state["reuse"], "results.json"), "w", encoding="utf-8") as f:
+            json.dump({k: fut.result() for k, fut in _state["jobs"].items()}, f)
     if failed:
         raise RuntimeError("docs build: these build-time runs failed:\n" + "\n".join(failed))
     for path in _state["labs"]:

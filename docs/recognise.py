@@ -59,6 +59,72 @@ RECOGNISE = {
         "A rank that returns or exits right after an `isend`.",
         "The receiver fails with `Connection closed by peer` or `Connection reset by peer`, or receives nothing.",
     ],
+    "ddp-uneven-inputs": [
+        "Shards cut by hand (`data[rank::world_size]`, `array_split`) without padding or `drop_last`, so ranks run "
+        "different numbers of batches under DDP.",
+        "A DDP training loop with no `Join` context (`torch.distributed.algorithms.join.Join`) over data whose "
+        "length is not a multiple of the world size.",
+        "The last step fails on one rank only (`Connection closed by peer`) or hangs in `loss.backward()`, after "
+        "the other ranks have finished.",
+    ],
+    "ddp-unused-parameters": [
+        "A `forward` that calls a submodule only under a condition on the batch (`if images is not None:`, a "
+        "routing decision, an optional head).",
+        "Outputs of `forward` that do not all reach the loss, under `DistributedDataParallel` without "
+        "`find_unused_parameters=True`.",
+        "`Expected to have finished reduction in the prior iteration before starting a new one` at the second step, "
+        "on some ranks, while the others wait in `backward`.",
+    ],
+    "ddp-model-differs": [
+        "A model whose sizes (a vocabulary, a width, a number of layers) come from data each rank reads on its own, "
+        "before `DistributedDataParallel(model)`.",
+        "A config file or environment variable read per rank, or a tokenizer built from the rank's own shard.",
+        "`appears not to match sizes of the same param in process 0`, or `DDP expects same model across all "
+        "ranks`, from DDP's constructor.",
+    ],
+    "sampler-set-epoch": [
+        "A `for epoch in range(...)` loop over a `DataLoader` with a `DistributedSampler(shuffle=True)` and no "
+        "`sampler.set_epoch(epoch)` in it.",
+        "Per-epoch loss curves that repeat the same shape every epoch, or the same first batch ids logged each epoch.",
+        "`set_epoch` called once before the loop, or after the DataLoader's iterator was created.",
+    ],
+    "no-sync-accumulation": [
+        "`model.no_sync()` around all but the last micro-batch, with the number of micro-batches computed from the "
+        "rank's own data (tokens, rows, a per-rank batch size).",
+        "Ranks that make different numbers of optimizer steps per epoch; a loop of micro-steps with a `len()` of "
+        "something rank-local.",
+        "One rank fails in `loss.backward()` (`Connection closed by peer`) after the others finished, or a loss that "
+        "differs from the single-process run although nothing fails.",
+    ],
+    "fsdp-wrap-differs": [
+        "`fully_shard` (or FSDP's `auto_wrap_policy`) applied by a policy that reads a per-rank value: a threshold "
+        "from the environment, a memory measurement, the rank's own device.",
+        "A loop `for block in model.blocks: if <condition>: fully_shard(block)` whose condition is not the same "
+        "on every rank.",
+        "The first forward hangs in FSDP's all_gather or aborts with `Received data size doesn't match expected "
+        "size`.",
+    ],
+    "moe-all-to-all-splits": [
+        "`all_to_all_single(..., output_split_sizes=..., input_split_sizes=...)` whose send splits and the counts "
+        "exchanged beforehand are computed at two places (before and after a capacity or drop step).",
+        "A token-routing step that changes the routing (capacity, dropping, re-routing) after the counts were taken.",
+        "Aborts on some batches only, where an expert overflows: `Received data size doesn't match expected size`, "
+        "or a hang in `all_to_all_single`.",
+    ],
+    "checkpoint-timeout": [
+        "`if rank == 0: torch.save(...)` followed by `dist.barrier()`, under an `init_process_group(timeout=...)` "
+        "shorter than the slowest save.",
+        "Every rank but 0 fails at the barrier with `Timed out waiting ...ms for recv operation` (or NCCL's watchdog "
+        "timeout) while rank 0 prints nothing: it is still writing.",
+        "It happens as the checkpoint grows or the filesystem gets busy: saves that used to pass start to time out.",
+    ],
+    "mixed-dtype": [
+        "`model.to(torch.bfloat16)`, `torch.autocast(dtype=torch.bfloat16)` or a bf16 gradient cast switched on by "
+        "a per-rank flag (a device capability, a config read per rank).",
+        "Gradients reduced by hand (`dist.all_reduce(p.grad)`) without casting them to one dtype first.",
+        "`Received data size doesn't match expected size` with a byte count half the other's (`4 vs 2`), or a hang "
+        "in the gradient all_reduce.",
+    ],
 }
 
 GENERIC = {

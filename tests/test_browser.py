@@ -2,7 +2,8 @@
 and driven by headless Chromium (Debian's `chromium` package, through Playwright for Python; never Playwright's own
 browser download). Every page of the site loads with status 200, logs no console error and asks no other host for
 anything (no web fonts, no CDN); every lab page shows its executed output; and the site's own search box, typed into
-as a person would, lists the right bug page first for each bug's error message (one test per bug of the registry).
+as a person would, lists the right bug page first for each bug's error message (one test per bug of the registry),
+and each error page of docs/errors/ first for its message pasted whole, as torch prints it (one test per page).
 
 Screenshots of the home page, one bug page and one search go to $SANDBOX_SCREENSHOTS, by default `build/screenshots/`
 (ignored by git), as PNG. The browser, the driver and the server are closed whatever happens, and the last teardown
@@ -32,6 +33,18 @@ SHOTS = os.environ.get("SANDBOX_SCREENSHOTS") or os.path.join(ROOT, "build", "sc
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 WAIT_MS = 30_000        # the most any one page load, selector or search may take
 BUGS = registry()
+
+
+def _docs_module(name: str):
+    """A module of docs/ (hooks.py, error_pages.py), loaded from its file as mkdocs loads the hook."""
+    sys.path.insert(0, os.path.join(ROOT, "docs"))
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", os.path.join(ROOT, "docs", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ERRORS = _docs_module("error_pages").error_queries()  # {"errors/<name>/": the message, whole}
 
 
 # -- the site, its server, the browser -------------------------------------------------------------------------
@@ -273,11 +286,16 @@ def queries() -> dict:
     return out
 
 
-def search(page, query: str) -> list:
-    """Type `query` into the site's search box as a person would; the result links in the order shown."""
+def search(page, query: str, paste: bool = False) -> list:
+    """Type `query` into the site's search box as a person would (or paste it, then press End: Material searches on
+    keyup, so a paste is searched when the key comes up); the result links in the order shown."""
     page.keyboard.press("/")
     page.locator("input.md-search__input").wait_for(state="visible")
-    page.keyboard.type(query)
+    if paste:
+        page.keyboard.insert_text(query)
+        page.keyboard.press("End")
+    else:
+        page.keyboard.type(query)
     page.wait_for_function("q => window.__search.query === q && window.__search.answered === window.__search.asked",
                            arg=query, timeout=WAIT_MS)
     first = page.evaluate("() => { const i = window.__search.last.items; return i.length ? i[0][0].location : null }")
@@ -306,4 +324,18 @@ def test_search_finds_the_bug_page_first(slug, base, visit):
     paths = [urllib.parse.urlsplit(u).path for u in links]
     assert paths and paths[0] == f"/bugs/{slug}/", (
         f"searching {qs[slug]!r} lists first {paths[0] if paths else 'nothing'}; the first five: {paths[:5]}")
+    assert visit.errors == [] and visit.foreign() == [], (visit.errors, visit.foreign())
+
+
+@pytest.mark.parametrize("location", sorted(ERRORS))
+def test_search_finds_the_error_page_first(location, base, visit):
+    """The message pasted whole, as torch prints it (with a real run's numbers), lists its page first."""
+    page, _ = visit.open(base)
+    try:
+        links = search(page, ERRORS[location], paste=True)
+    finally:
+        page.close()
+    paths = [urllib.parse.urlsplit(u).path for u in links]
+    assert paths and paths[0] == "/" + location, (
+        f"pasting {ERRORS[location]!r} lists first {paths[0] if paths else 'nothing'}; the first five: {paths[:5]}")
     assert visit.errors == [] and visit.foreign() == [], (visit.errors, visit.foreign())

@@ -7,6 +7,10 @@ One `mkdocs build --strict` (from the repository root, as CI runs it) into a tem
   query the browser test types, `docs_queries()`), its real broken and fixed code with the BUG / FIX lines, the
   diagnosis of a real run, its timeline picture and a link to its lab; its search entry is boosted;
 - every lab in `labs/` has a page showing executed output;
+- every page of docs/errors/ is built with its message as its first heading, boosted in search, listed in the
+  index of error messages and in the navigation, and links the catalogue pages that reproduce its causes;
+- the bug index puts every bug of the registry under the group of what a person sees first (from its record), and
+  the home page lists every bug;
 - no page loads anything from another host: no script, stylesheet, image, frame or font from http(s)://, no
   inline script importing one (links for a reader to follow, `<a href>`, are fine);
 - the CLI reference holds the real `--help` texts.
@@ -29,6 +33,8 @@ from sandbox.bugs import registry
 need(*DOCS_PACKAGES)
 
 sys.path.insert(0, os.path.join(ROOT, "docs"))
+import catalogue_pages  # noqa: E402  docs/catalogue_pages.py: group_of(), GROUPS
+import error_pages  # noqa: E402  docs/error_pages.py: error_pages(), error_queries()
 import hooks  # noqa: E402  docs/hooks.py: docs_queries(), error_message(), lab_of()
 
 LOCAL = re.compile(r"^(?:https?:)?//(?:127\.0\.0\.1|localhost)(?:[:/]|$)", re.I)
@@ -164,3 +170,75 @@ def test_home_shows_a_diagnosed_hang(site):
     assert "HANG [collective_mismatch]" in _text(page)
     assert 'src="assets/home-timeline.png"' in page
     assert os.path.isfile(os.path.join(site["dir"], "assets", "home-timeline.png"))
+
+
+def _words(text):
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def test_every_error_page_is_built(site):
+    pages = error_pages.error_pages()
+    assert len(pages) >= 12, sorted(pages)
+    with open(os.path.join(site["dir"], "search", "search_index.json"), encoding="utf-8") as f:
+        index = json.load(f)
+    boost = {d["location"]: d.get("boost", 1) for d in index["docs"]}
+    listing = _text(_article(_page(site, "errors/index.html")))
+    nav = _page(site, "index.html")
+    for name, meta in pages.items():
+        slug = name[:-3]
+        page = _page(site, f"errors/{slug}/index.html")
+        h1 = re.search(r"<h1[^>]*>(.*?)</h1>", page, re.S)
+        assert h1, name
+        # the first heading is the message as printed (the long DETAIL one is cut with "...")
+        head = _words(_text(re.sub(r'<a class="headerlink".*?</a>', "", h1.group(1))))
+        first = _words(meta["message"]).split(" ...")[0][:60]
+        assert head.replace("`", "").startswith(first.replace("`", "")[:60]) or first[:60] in head, (name, head)
+        text = _text(_article(page))
+        for part in ("Which rank to look at first", "What causes it", "Find the culprit", "sandbox"):
+            assert part in text, f"{name}: no {part!r}"
+        links = re.findall(r'href="\.\./\.\./bugs/([a-z0-9-]+)/"', page)
+        assert links or "No bug of the catalogue" in text, f"{name} links no catalogue page"
+        assert set(links) <= set(registry()), f"{name} links bugs that do not exist: {set(links) - set(registry())}"
+        assert boost.get(f"errors/{slug}/", 1) > 1, f"{name} is not boosted in search"
+        assert meta["title"] in listing, f"the index of error messages does not list {name}"
+        assert f'href="errors/{slug}/"' in nav, f"{name} is not in the navigation"
+
+
+def test_error_page_front_matter_is_checked(tmp_path, monkeypatch):
+    """A page without its message or with an unknown group is refused, naming the file (the check can fail)."""
+    (tmp_path / "bad.md").write_text("---\ntitle: x\ngroup: nowhere\n---\n# x\n", encoding="utf-8")
+    monkeypatch.setattr(error_pages, "ERRORS_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="bad.md"):
+        error_pages.error_pages()
+
+
+def test_the_bug_index_groups_every_bug(site):
+    bugs = registry()
+    article = _article(_page(site, "bugs/index.html"))
+    heads = {head: key for key, head, _ in catalogue_pages.GROUPS}
+    # split the page at its group headings; each bug's link must sit under the group of its record
+    parts = re.split(r"<h2[^>]*>(.*?)</h2>", article, flags=re.S)
+    found = {}
+    for title, body in zip(parts[1::2], parts[2::2]):
+        key = heads.get(_words(_text(re.sub(r'<a class="headerlink".*?</a>', "", title))))
+        for slug in re.findall(r'href="([a-z0-9-]+)/"', body):
+            if key and slug in bugs:
+                found.setdefault(slug, set()).add(key)
+    for slug, bug in bugs.items():
+        assert found.get(slug) == {catalogue_pages.group_of(bug)}, (slug, found.get(slug))
+    home = _article(_page(site, "index.html"))
+    missing = [s for s in bugs if f'href="bugs/{s}/"' not in home]
+    assert not missing, f"the home page does not list {missing}"
+
+
+def test_groups_come_from_the_record():
+    """What a person sees first follows the broken variant's record (the rule can fail: each branch is taken)."""
+    from sandbox.bugs import Bug, Expect
+
+    def bug(**kw):
+        return Bug(slug="x", title="x", source="x", symptom="x", broken=Expect(**kw), fixed=Expect())
+    assert catalogue_pages.group_of(bug(verdict="error", error="Timed out waiting \\d+ms")) == "timeout"
+    assert catalogue_pages.group_of(bug(verdict="error", kind="straggler")) == "timeout"
+    assert catalogue_pages.group_of(bug(verdict=("crash", "hang"), error="size")) == "error"
+    assert catalogue_pages.group_of(bug(verdict=("hang", "crash"))) == "hang"
+    assert catalogue_pages.group_of(bug(verdict="ok")) == "wrong"
