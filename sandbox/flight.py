@@ -233,9 +233,18 @@ def _where_stuck(t: RankTrack) -> tuple[str | None, str | None]:
     return _site(frames) if frames else (None, None)
 
 
-def _within_traced(c: dict, traced: list[tuple[str, float, float]]) -> bool:
-    """Was this entry made while one of the tracer's collectives on its group ran (so it is that call)?"""
-    return any(g == c["gname"] and a - 1e-4 <= c["t"] <= b + 1e-4 for g, a, b in traced)
+# ops whose recorder entry carries the same name as the Python call (broadcast_object_list, for one, is made of
+# broadcasts, and all_gather_into_tensor is recorded under another name): two of these that differ are two calls
+_PLAIN = frozenset({"all_reduce", "broadcast", "barrier", "reduce", "all_gather", "gather", "scatter", "reduce_scatter",
+                    "all_to_all"})
+
+
+def _within_traced(c: dict, traced: list[tuple[str, float, float, str]]) -> bool:
+    """Was this entry made while one of the tracer's collectives on its group ran (so it is that call)? A plain op
+    of another name is not (under Join, DDP's broadcast of the model came inside the window of a Python all_reduce
+    on a loaded machine, and the calls of the group were then numbered wrong)."""
+    return any(g == c["gname"] and a - 1e-4 <= c["t"] <= b + 1e-4
+               and (op == c["op"] or op not in _PLAIN or c["op"] not in _PLAIN) for g, a, b, op in traced)
 
 
 def _merged_events(t: RankTrack, cs: list[dict], renumber: set[str], members: dict[str, list[int]],
@@ -295,7 +304,7 @@ def merge(tracks: dict[int, RankTrack], dumps: dict[int, dict]) -> dict[int, Ran
     for r, cs in fr.items():  # a dump without frames: which entries are the tracer's own calls, by their times
         t = tracks[r]
         exits = {ev.get("id"): ev.get("t") for ev in t.events if ev.get("ev") == "exit"}
-        windows = [(str(ev.get("gname")), ev["t"], exits.get(ev["id"]) or float("inf")) for ev in t.events
+        windows = [(str(ev.get("gname")), ev["t"], exits.get(ev["id"]) or float("inf"), ev.get("op")) for ev in t.events
                    if ev.get("ev") == "enter" and ev.get("op") in COLLECTIVES]
         for c in cs:
             if c["traced"] is None:

@@ -64,7 +64,7 @@ def test_all_fails_when_an_early_variant_is_not_as_documented(catalogue, capsys,
     code, out = _run_all([], capsys)
     lines = out.splitlines()
     assert code == 1, out
-    assert lines[0].startswith("misdocumented    broken  OK: 2 ranks in "), out
+    assert lines[0].startswith(f"{'misdocumented':22} broken  OK: 2 ranks in "), out
     assert lines[0].endswith("NOT as documented: verdict ok, expected hang; diagnosis none, expected p2p_cycle"), out
     assert [line.split()[-1] for line in lines[1:4]] == ["documented"] * 3, out  # the rest: as documented
     assert lines[-1].startswith("3/4 variants as documented in "), out

@@ -131,7 +131,7 @@ def _rule(what: list[str]) -> str:
     """What the ranks broke, in words: 'The op/shape must be the same on every rank of the group.'"""
     same = [f for f in what if f != "splits"]
     out = [f"The {'/'.join(same)} must be the same on every rank of the group."] if same else []
-    if "dtype" in what:  # how a dtype comes to differ in real code, and the two ways out
+    if "dtype" in what and "op" not in what:  # the same call in two precisions: how that comes about, the ways out
         out.append("A dtype differs where the ranks compute in different precisions (autocast, a model or its"
                    " gradients cast to bfloat16 or float16 on some ranks only): give every rank the same precision,"
                    " or cast to one dtype before the call (t.float()); casting the result afterwards is too late.")
