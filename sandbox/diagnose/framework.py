@@ -109,13 +109,18 @@ def _elsewhere(tracks: dict[int, RankTrack], rs: list[int]) -> str:
 
 
 def _uses_no_sync(site: str | None) -> bool:
-    """Does the user's file of this call use DDP's no_sync() (gradient accumulation)?"""
+    """Does the function of this call (the user's training loop) use DDP's no_sync() (gradient accumulation)?"""
     frames = branches.site_frame(site)
-    try:
-        with open(frames[0][0], encoding="utf-8") as f:
-            return ".no_sync(" in f.read()
-    except (IndexError, OSError, UnicodeDecodeError):  # no file to read (a trace from elsewhere): the general words
+    parsed = branches._tree(frames[0][0]) if frames else None
+    if parsed is None:  # no file to read (a notebook cell, a trace from elsewhere): the general words
         return False
+    tree, src = parsed
+    line = frames[0][1]
+    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    inner = max(loops, key=lambda n: n.lineno, default=None)  # the innermost function holding the line
+    text = ast.get_source_segment(src, inner) if inner is not None else src
+    return ".no_sync(" in (text or "")
 
 
 def _queued(t: RankTrack) -> bool:
