@@ -43,6 +43,11 @@ def site_frame(site: str | None) -> list[tuple[str, int]]:
     return [(_paths.resolve(path), int(line))] if line.isdigit() else []
 
 
+def parsed_source(path: str):
+    """(the module's ast, its source) of a user's file, read and parsed once; None when it cannot be."""
+    return _tree(path)
+
+
 def _tree(path: str):
     if path not in _trees:
         try:

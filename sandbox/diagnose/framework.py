@@ -111,7 +111,7 @@ def _elsewhere(tracks: dict[int, RankTrack], rs: list[int]) -> str:
 def _uses_no_sync(site: str | None) -> bool:
     """Does the function of this call (the user's training loop) use DDP's no_sync() (gradient accumulation)?"""
     frames = branches.site_frame(site)
-    parsed = branches._tree(frames[0][0]) if frames else None
+    parsed = branches.parsed_source(frames[0][0]) if frames else None
     if parsed is None:  # no file to read (a notebook cell, a trace from elsewhere): the general words
         return False
     tree, src = parsed
