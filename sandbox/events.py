@@ -252,6 +252,8 @@ class RankTrack:
         self.by_bucket: dict[tuple, dict] = {}  # (gname, seq) -> enter event of that collective
         self.passed: dict[tuple, bool] = {}      # (gname, seq) -> that collective returned without an error
         self.failed_call: dict | None = None     # the distributed call that raised, if one did
+        self.failed_with: str | None = None      # what it raised (the exit event's error), even if the rank was
+                                                 # ended before its own error record was written
         self.pid: int | None = None
         self.exit_code: int | None = None
         self.exit_t: float | None = None
@@ -307,7 +309,7 @@ class RankTrack:
                                             "got": ev["got_devices"]})
             if start is not None:
                 if ev.get("error"):
-                    self.failed_call = start
+                    self.failed_call, self.failed_with = start, ev["error"]
                 elif start.get("async") and start["op"] != "wait":
                     if start["op"] == "batch_isend_irecv":
                         for i, p in enumerate(start.get("p2p", [])):

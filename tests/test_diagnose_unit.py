@@ -239,6 +239,24 @@ def test_a_send_send_cycle_is_provable_but_a_missing_rank_is_not():
     assert d.stop == policy.HANG and d.blocked_s == pytest.approx(1.1)
 
 
+def test_a_rank_whose_stuck_send_raised_as_the_sandbox_ended_a_peer_was_hung_in_it():
+    """The run CI once got wrong: three ranks in a send cycle; the sandbox ends rank 0 first, rank 2's send raises
+    "Connection closed by peer" and rank 2 is ended before it writes its own error record. Its send is where it was
+    stuck (hung, part of the cycle), not a rank busy in its own code."""
+    conn = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer"
+            " [127.0.0.1]:27815")
+    tracks = {0: _track(0, {"op": "send", "peer": 2}), 1: _track(1, {"op": "recv", "peer": 2}),
+              2: _track(2, {"op": "send", "peer": 0})}
+    tracks[2].feed({"ev": "exit", "rank": 2, "id": 1, "t": 9.0, "error": conn})
+    for t in tracks.values():
+        t.pid, t.ended_by_sandbox = 1000 + t.rank, True
+    j = policy.judge(tracks, policy.HANG)
+    assert j.outcomes == {0: "hung", 1: "hung", 2: "hung"}
+    assert (j.diagnosis.kind, j.diagnosis.culprit_ranks) == ("p2p_cycle", [0, 2]), j.diagnosis.summary
+    tracks[2].failed_with = "RuntimeError: the tensor was the wrong shape"  # a real error is not the teardown's
+    assert policy.judge(tracks, policy.HANG).outcomes[2] == "stopped"
+
+
 def test_a_posted_isend_keeps_a_cycle_from_being_provable():
     a = _track(0, {"op": "isend", "peer": 1, "async": True}, {"op": "send", "peer": 1})
     _done(a, 1)

@@ -90,8 +90,11 @@ def missing(tracks, pend) -> Diagnosis | None:
 
 
 def lost_peer(t: RankTrack) -> bool:
-    """Did this rank's own code fail only because a peer went away (a consequence, not a cause)?"""
-    return t.error is not None and words.peer_lost(t.error.get("message"))
+    """Did this rank's own code fail only because a peer went away (a consequence, not a cause)? Read from its error
+    record, or, when the sandbox ended it before that was written, from the error its last call raised."""
+    if t.error is not None:
+        return words.peer_lost(t.error.get("message"))
+    return t.failed_with is not None and words.peer_lost(t.failed_with)
 
 
 def blocked_call(t: RankTrack) -> dict | None:
