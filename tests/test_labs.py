@@ -147,6 +147,11 @@ def test_lab_runs_and_shows_what_it_teaches(path, kernel, clean):
     for tag, pattern in EXTRA.get(_name(path), {}).items():
         text = _tagged(nb, tag)
         assert re.search(pattern, text), f"{tag}: /{pattern}/ not in:\n{text[-2000:]}"
+    for i, cell in enumerate(nb.cells):  # a lab's own promises: a cell's metadata "expect" (a regex, or a list)
+        wanted = cell.get("metadata", {}).get("expect") or []
+        for pattern in [wanted] if isinstance(wanted, str) else wanted:
+            text = _text(cell)
+            assert re.search(pattern, text), f"cell {i}: /{pattern}/ not in:\n{text[-2000:]}"
 
 
 def test_every_bug_has_its_lab():

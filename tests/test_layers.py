@@ -94,7 +94,7 @@ LAYERS = [
                        "sandbox.models"]),
     ("the engine: start, watch, stop, assemble", ["sandbox.launcher", "sandbox._run", "sandbox.warm"]),
     ("drawing a result", ["sandbox.report"]),
-    ("the library: the catalogue and its runner, the labs", ["sandbox.bugs", "sandbox.lab"]),
+    ("the library: the catalogue and its runner, the labs", ["sandbox.bugs", "sandbox.lab", "sandbox.course"]),
     ("front doors", ["sandbox", "sandbox.cli", "sandbox.run", "sandbox.repro", "sandbox.bench", "sandbox.magic",
                      "sandbox.pytest_plugin", "sandbox.diagnose.__main__"]),
 ]
