@@ -242,3 +242,34 @@ def test_groups_come_from_the_record():
     assert catalogue_pages.group_of(bug(verdict=("crash", "hang"), error="size")) == "error"
     assert catalogue_pages.group_of(bug(verdict=("hang", "crash"))) == "hang"
     assert catalogue_pages.group_of(bug(verdict="ok")) == "wrong"
+
+
+def test_the_route_takes_every_lab_once():
+    """docs/route.py, the learning path the Start-here page and the Labs menu are built from, names every notebook
+    in labs/ exactly once, and nothing that is not one."""
+    import route  # docs/route.py
+    names = [s.lab for s in route.steps()]
+    assert len(names) == len(set(names)), names
+    notebooks = {os.path.basename(p)[:-6] for p in glob.glob(os.path.join(ROOT, "labs", "*.ipynb"))}
+    assert set(names) == notebooks, (sorted(notebooks - set(names)), sorted(set(names) - notebooks))
+    assert all(s.minutes > 0 and s.objective.endswith(".") for s in route.steps())
+
+
+def test_start_here_shows_the_route_and_the_menu_follows_it(site):
+    """The Start-here page lists every lab with its time and objective, part by part; the Labs menu has the same
+    parts in the same order."""
+    import route
+    page = open(os.path.join(site, "start-here", "index.html"), encoding="utf-8").read()
+    text = html.unescape(re.sub(r"<[^>]+>", " ", page))
+    text = re.sub(r"\s+", " ", text)
+    last = -1
+    for part in route.ROUTE:
+        at = text.find(part.title)
+        assert at > last, f"part {part.title!r} missing or out of order on the Start-here page"
+        last = at
+        for s in part.steps:
+            assert f"{s.lab} {s.minutes} min {s.objective}" in text, s.lab
+    home = open(os.path.join(site, "index.html"), encoding="utf-8").read()
+    nav = re.findall(r'<label class="md-nav__link"[^>]*>\s*<span class="md-ellipsis">\s*([^<]+?)\s*</span>', home)
+    parts = [t for t in nav if any(t == html.escape(p.title, quote=False) for p in route.ROUTE)]
+    assert parts == [html.escape(p.title, quote=False) for p in route.ROUTE], nav
