@@ -58,6 +58,9 @@ Events (every one has "ev", "rank" and "t", seconds since the epoch):
 - `ddp`: a `DistributedDataParallel` is being constructed (written before its constructor runs): `site`, `func`,
   `params` (`[name, shape]` of each parameter it reduces, in its order: the indices its errors name),
   `find_unused` (find_unused_parameters).
+- `note`: a fact the rank's own code recorded with `sandbox.lab.note(**fields)` (a lab's rule reads it: "rank 2
+  read block 0"): `fields`, the keyword arguments as JSON. Not a call: the hang rule, the contracts and the
+  diagnosis pass over it; `RankTrack.notes` keeps them.
 - `tracer_error`: the tracer itself failed to describe a call (`op`, `error`); the call ran untraced. With `id`:
   its bookkeeping failed after call `id` returned; that call's `exit` was written all the same.
 """
@@ -78,6 +81,7 @@ TRACE_FILE = re.compile(r"rank-(\d+)\.jsonl")
 
 P2P_WINDOW = 256  # a rank remembers the order of about its last P2P_WINDOW point-to-point ops
 BUCKET_WINDOW = 4096  # a rank remembers the collectives of its last BUCKET_WINDOW sequence numbers per group
+MAX_NOTES = 10_000  # per rank: a lab's rule reads a few; a note in a hot loop must not fill the parent's memory
 MAX_EVENTS = 200_000  # per rank: a long job keeps its most recent calls, not all of them
 
 
@@ -265,6 +269,7 @@ class RankTrack:
         self.destroyed = False                   # destroy_process_group returned after the last init
         self.object_devices: list[dict] = []     # object collectives whose objects held tensors: call, sent, got
         self.ddp: list[dict] = []                # the `ddp` events: DistributedDataParallel constructions
+        self.notes: list[dict] = []              # the `note` events' fields: facts the rank's code recorded
         # recent point-to-point ops in the order this rank posted them: (direction, peer, tag, number, entered,
         # blocking, site), `number` counting the ops of that (direction, peer, tag) from the start: the n-th send
         # from a to b with a tag is matched by b's n-th recv from a with that tag
@@ -318,6 +323,8 @@ class RankTrack:
                         self.posted[start["id"]] = start
         elif kind == "hello":
             self.hello = ev
+        elif kind == "note" and len(self.notes) < MAX_NOTES:
+            self.notes.append(ev.get("fields") or {})
         elif kind == "ddp" and len(self.ddp) < 100:
             self.ddp.append(ev)
         elif kind == "end":

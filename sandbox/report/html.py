@@ -42,7 +42,7 @@ def table(rows: tuple[model.Row, ...]) -> str:
 
 def _broken(b: model.Broken) -> str:
     return (f'<div class="sandbox-warning" style="{_PROSE}; border-left: 3px solid {model.AMBER}; padding-left: 0.5em">'
-            f'{_span(b.title, model.AMBER, True)} {escape(b.summary)}'
+            f'{_span(b.title, model.AMBER, True)} {escape(b.text)}'
             f'<div style="color: {GREY}">{escape(b.rule_line)}</div></div>')
 
 

@@ -3,9 +3,9 @@
 its colours from here too.
 
 The order is the one a reader wants: the verdict in one line, the sentence that explains it, the contracts the run
-broke (a run that finished can still be wrong: with `--strict` they are why it failed), then the evidence: the table
-of ranks (outcome, the call each was inside, its call site) and every rank's output with its rank in front, the last
-`max_log_lines` of each.
+broke (a run that finished can still be wrong: with `--strict` they are why it failed; one entry per kind and call
+site, with a count, however many times a loop broke it), then the evidence: the table of ranks (outcome, the call
+each was inside, its call site) and every rank's output with its rank in front, the last `max_log_lines` of each.
 
 Reads a result's fields without importing `sandbox.result` (verdicts and outcomes are string enums, so the plain
 strings below are their keys): the result imports the renderers when it is asked to show itself, and a circle of
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sandbox.words import plural
+from sandbox.words import ranks as ranks_words
 
 MAX_LOG_LINES = 200  # per rank: a run that printed a lot shows its end, which is where it stopped
 
@@ -56,14 +57,28 @@ class Row:
 
 @dataclass(frozen=True, kw_only=True)
 class Broken:
-    """A contract the run broke: a title, its sentence, and the rule."""
+    """A contract the run broke: a title, its sentence, and the rule. One Broken stands for every warning of its
+    kind at its call site (`count` of them, on `ranks`): 24 unwaited isends of one loop are one line, not 24."""
     kind: str
     summary: str
     rule: str
+    count: int = 1
+    site: str = ""
+    ranks: tuple[int, ...] = ()
 
     @property
     def title(self) -> str:
-        return f"Warning [{self.kind}]:"
+        if self.count == 1:
+            return f"Warning [{self.kind}]:"
+        return f"Warning [{self.kind}]" + (f" at {self.site}" if self.site else "") + f" (x{self.count}):"
+
+    @property
+    def text(self) -> str:
+        """The sentence, and for a group how many more there are like it."""
+        if self.count == 1:
+            return self.summary
+        on = f", on {ranks_words(self.ranks)}" if self.ranks else ""
+        return f"{self.summary.rstrip('.')} ({self.count - 1} more like it{on})."
 
     @property
     def rule_line(self) -> str:
@@ -132,10 +147,29 @@ def log_of(rank: int, output: str, max_log_lines: int = MAX_LOG_LINES) -> Log:
     return Log(rank=rank, lines=tuple(lines[cut:]), cut=cut)
 
 
+def warning_site(w) -> str:
+    """Where a warning was broken: its call sites (one, usually), as one string."""
+    return ", ".join(sorted(set((w.sites or {}).values())))
+
+
+def warning_groups(warnings) -> list[tuple[object, int, tuple[int, ...]]]:
+    """The warnings of one kind at one call site as one: (the first of them, how many, their ranks), in the order
+    of each group's first warning. `res.warnings` itself stays complete; this is how it is shown."""
+    groups: dict[tuple, list] = {}
+    for w in warnings:
+        groups.setdefault((w.kind, warning_site(w)), []).append(w)
+    return [(ws[0], len(ws), tuple(sorted({r for w in ws for r in w.ranks}))) for ws in groups.values()]
+
+
+def broken_of(warnings) -> tuple[Broken, ...]:
+    return tuple(Broken(kind=w.kind, summary=w.summary, rule=w.rule, count=n, site=warning_site(w), ranks=rs)
+                 for w, n, rs in warning_groups(warnings))
+
+
 def build(res, logs: bool = True, max_log_lines: int = MAX_LOG_LINES) -> Report:
     """The report of a RunResult (or anything with its fields)."""
     rows = tuple(Row(rank=r.rank, outcome=str(r.outcome), pending=pending_words(r), site=site(r)) for r in res.ranks)
-    broken = tuple(Broken(kind=w.kind, summary=w.summary, rule=w.rule) for w in getattr(res, "warnings", ()))
+    broken = broken_of(getattr(res, "warnings", ()))
     shown = tuple(log_of(r.rank, r.output, max_log_lines) for r in res.ranks if r.output) if logs else ()
     return Report(verdict=str(res.verdict), ok=res.verdict == "ok", headline=headline(res),
                   diagnosis=res.diagnosis.summary, broken=broken, rows=rows, logs=tuple(g for g in shown if g.lines))

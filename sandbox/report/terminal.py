@@ -26,7 +26,7 @@ def draw(rep: model.Report, file=None) -> None:
         console.print(Text(rep.diagnosis, style=_style(None, bold=not rep.ok)))
     for b in rep.broken:
         console.print()
-        console.print(Text.assemble((b.title, _style(model.AMBER, bold=True)), " ", b.summary))
+        console.print(Text.assemble((b.title, _style(model.AMBER, bold=True)), " ", b.text))
         console.print(Text("  " + b.rule_line, style=_style(model.GREY)))
     console.print()
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")

@@ -16,7 +16,7 @@ def table(rows: tuple[model.Row, ...]) -> list[str]:
 def draw(rep: model.Report) -> str:
     lines = [rep.headline] + ([rep.diagnosis] if rep.diagnosis else [])
     for b in rep.broken:
-        lines += ["", f"{b.title} {b.summary}", f"  {b.rule_line}"]
+        lines += ["", f"{b.title} {b.text}", f"  {b.rule_line}"]
     lines += [""] + table(rep.rows)
     if rep.logs:
         lines.append("")

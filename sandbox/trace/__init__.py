@@ -16,7 +16,7 @@ Its parts, one job each:
 - `describe`: a call's fields, read from its arguments;
 - `record`: the enter and exit lines;
 - `inflight`: the watcher of NCCL calls that returned to Python but still run on the GPU;
-- `sink`: this rank's trace file (`start`, `finish`, `emit`, `set_sink`);
+- `sink`: this rank's trace file (`start`, `finish`, `emit`, `note`, `set_sink`);
 - `tracebacks`: a rank's error as the user's program would show it;
 - `__main__`: the entry for torchrun.
 
@@ -29,8 +29,8 @@ from sandbox.calls import OPS, Op
 from sandbox.trace.describe import group_info
 from sandbox.trace.ops import install, paused, uninstall
 from sandbox.trace.record import forget_groups
-from sandbox.trace.sink import emit, finish, set_sink, start
+from sandbox.trace.sink import emit, finish, note, set_sink, start
 from sandbox.trace.tracebacks import error_site, user_traceback
 
-__all__ = ["OPS", "Op", "emit", "error_site", "finish", "forget_groups", "group_info", "install", "paused",
+__all__ = ["OPS", "Op", "emit", "error_site", "finish", "forget_groups", "group_info", "install", "note", "paused",
            "set_sink", "start", "uninstall", "user_traceback"]

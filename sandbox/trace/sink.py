@@ -29,6 +29,12 @@ def emit(event: dict) -> None:
     os.write(fd, events.encode(event))
 
 
+def note(fields: dict) -> None:
+    """A fact the rank's own code records (`sandbox.lab.note`): a `note` event, read back in the parent. Outside
+    a traced rank there is no trace to write it to, and it is dropped."""
+    emit({"ev": "note", "rank": rank, "t": time.time(), "fields": fields})
+
+
 def write(line: bytes) -> None:
     """Append one line the caller has already encoded (the tracer's fast path)."""
     os.write(fd, line)
