@@ -43,6 +43,7 @@ if ROOT not in sys.path:
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import catalogue_pages  # noqa: E402  docs/catalogue_pages.py, beside this file: the catalogue's pages
+import diagram_pages  # noqa: E402  docs/diagram_pages.py: the Concepts page's pictures, from one real run
 import error_pages  # noqa: E402  docs/error_pages.py: the index of error messages (docs/errors/)
 # tests/test_docs.py and tests/test_browser.py read these from the hook, as before the split
 from catalogue_pages import bug_order, docs_queries, error_message, fence, lab_of  # noqa: E402,F401
@@ -156,6 +157,7 @@ def start_jobs() -> None:
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS)
     labs = sorted(glob.glob(os.path.join(LABS_DIR, "*.ipynb")))
     todo = {"home": (run_home, out)}
+    todo["diagrams"] = (diagram_pages.generate, out)
     # the labs take longest: queue them first
     for path in labs:
         todo["lab:" + os.path.basename(path)] = (execute_lab, path, out, kernel, os.path.join(tmp, "jupyter"))
@@ -201,6 +203,8 @@ def gen(name: str) -> str:
     if name == "home-timeline":
         return ("![Timeline of examples/mismatch.py on 4 ranks: rank 2 is in a broadcast while the others are in "
                 "an all_reduce](assets/home-timeline.png)") if result("home")["timeline"] else ""
+    if name.startswith("diagram "):
+        return diagram_pages.markdown(name[8:], result("diagrams"))
     if name == "catalogue":
         return catalogue_pages.catalogue_table(error_pages.page_for)
     if name == "home-bugs":
