@@ -223,13 +223,14 @@ def report_text(result: dict, max_log_lines: int = report.MAX_LOG_LINES) -> str:
 
 def result_of(d: dict) -> RunResult:
     """A RunResult back from its JSON (`RunResult.to_dict()`), for the report to draw. The warnings come back as
-    what a report reads of them: their kind, sentence and rule."""
+    what a report reads of them: their kind, sentence, rule, sites and ranks."""
     g = d["diagnosis"]
     diagnosis = Diagnosis(kind=g["kind"], cause=g["summary"], culprit_ranks=g["culprit_ranks"], op=g["op"],
                           group=g["group"], seq=g["seq"], site=g["site"], details=g["details"])
     ranks = [RankResult(rank=r["rank"], outcome=r["outcome"], exit_code=r["exit_code"], pending=r["pending"],
                         error=r["error"], output=r["output"], stack=r["stack"], pid=r["pid"]) for r in d["ranks"]]
-    warnings = [SimpleNamespace(kind=w["kind"], summary=w["summary"], rule=w["rule"]) for w in d["warnings"]]
+    warnings = [SimpleNamespace(kind=w["kind"], summary=w["summary"], rule=w["rule"], sites=w.get("sites") or {},
+                                ranks=w.get("ranks") or []) for w in d["warnings"]]
     return RunResult(verdict=d["verdict"], world_size=d["world_size"], wall_s=d["wall_s"], diagnosis=diagnosis,
                      ranks=ranks, warnings=warnings)
 

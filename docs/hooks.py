@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import catalogue_pages  # noqa: E402  docs/catalogue_pages.py, beside this file: the catalogue's pages
 import diagram_pages  # noqa: E402  docs/diagram_pages.py: the Concepts page's pictures, from one real run
 import error_pages  # noqa: E402  docs/error_pages.py: the index of error messages (docs/errors/)
+import route  # noqa: E402  docs/route.py: the learning path (Start here, the Labs menu)
 # tests/test_docs.py and tests/test_browser.py read these from the hook, as before the split
 from catalogue_pages import bug_order, docs_queries, error_message, fence, lab_of  # noqa: E402,F401
 
@@ -219,12 +220,9 @@ def gen(name: str) -> str:
         import sandbox.events
         return sandbox.events.__doc__.strip()
     if name == "labs":
-        rows = ["| lab | |", "| --- | --- |"]
-        for path in _state["labs"]:
-            base = os.path.basename(path)
-            title = _nb_title(path)
-            rows.append(f"| [{base[:-6]}]({base}) | {title} |")
-        return "\n".join(rows)
+        return route.markdown(prefix="")
+    if name == "route":
+        return route.markdown()
     raise KeyError(f"unknown generated part {name!r}")
 
 
@@ -247,7 +245,8 @@ def bug_page(slug: str) -> str:
 
 def on_config(config):
     """Fill the nav's "Bug catalogue" section with one page per registry bug, in teaching order, "Error messages"
-    with every page of docs/errors/, "Labs" with every lab, and start the build-time runs."""
+    with every page of docs/errors/, "Labs" with every lab, part by part in the order of the learning path
+    (docs/route.py), and start the build-time runs."""
     bugs = registry()
     for item in config["nav"]:
         if isinstance(item, dict) and "Bug catalogue" in item:
@@ -264,8 +263,9 @@ def on_config(config):
             section = item["Labs"]
             section[:] = [x for x in section if not (isinstance(x, dict) and
                                                      any(str(v).endswith(".ipynb") for v in x.values()))]
-            section += [{_nb_title(p): "labs/" + os.path.basename(p)}
-                        for p in sorted(glob.glob(os.path.join(LABS_DIR, "*.ipynb")))]
+            section[:] = [x for x in section if not (isinstance(x, dict) and
+                                                     any(isinstance(v, list) for v in x.values()))]
+            section += route.nav(lambda lab: _nb_title(os.path.join(LABS_DIR, lab + ".ipynb")))
     if "jobs" not in _state:
         start_jobs()
     return config
