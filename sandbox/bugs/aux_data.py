@@ -62,7 +62,7 @@ def embedding_side(tp_size=TP):
     meta = torch.zeros(BLOCKS, 2, dtype=torch.int64)  # per block: (sent_tokens, actual_total_length)
     for first in range(0, BLOCKS, TP_SLICES_PER_RUN * BLOCKS // tp_size):
         meta[first] = torch.tensor([PROMPT_TOKENS, PROMPT_TOKENS])  # BUG (sender): first block of the run only
-    return meta
+    return BlockPool(meta)
 
 
 def language_side(sync_metadata):
@@ -105,3 +105,66 @@ def fixed():
 def reference(world_size):
     return {"sent_tokens": PROMPT_TOKENS, "actual_total_length": PROMPT_TOKENS,
             "first_tokens": [PROMPT_TOKENS * 7 % 101] * world_size}
+
+
+# ------------------------------------------------------------------------------------ the lab's rules (lab 07)
+# The reference cannot tell a fix from a shortcut where every rank reads block 0 (which holds the metadata) and
+# nothing is communicated: both return the right values. On the real system a TP rank can read only its own slice
+# of the pool, so the shortcut would not exist; the pool below notes each block a rank reads, and the lab's rules
+# hold a learner's fix to what the system allows.
+
+class BlockPool:
+    """The block pool as the language side sees it: `pool[block]` is that block's row (sent_tokens,
+    actual_total_length). Every block read is noted in the rank's trace (`sandbox.lab.note`), for LAB_RULES."""
+
+    def __init__(self, meta):
+        self.meta = meta
+
+    def __len__(self):
+        return len(self.meta)
+
+    def __getitem__(self, index):
+        from sandbox import lab  # imported on first read: the lab module is not needed to define the bug
+
+        rows = index[0] if isinstance(index, tuple) else index  # pool[b] or pool[b, 0]: the block is the row
+        read = range(len(self.meta))[rows if isinstance(rows, slice) else int(rows)]  # IndexError past the end
+        for b in read if isinstance(read, range) else [read]:
+            lab.note(read_block=b)
+        return self.meta[index]
+
+    def __iter__(self):
+        return (self[b] for b in range(len(self.meta)))
+
+
+def _slice(rank, world_size):
+    per = BLOCKS // world_size
+    return range(rank * per, (rank + 1) * per)
+
+
+def _reads_outside_own_slice(res):
+    """What broke "a rank reads only its own slice", or None: the ranks that read another rank's block or none."""
+    from sandbox import lab
+
+    notes, broke = lab.notes(res), []
+    for rank in range(res.world_size):
+        read = sorted({n["read_block"] for n in notes.get(rank, []) if "read_block" in n})
+        own = _slice(rank, res.world_size)
+        outside = [b for b in read if b not in own]
+        if outside:
+            broke.append(f"rank {rank} read block{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside))}"
+                         f" (its slice is blocks {own[0]}-{own[-1]})")
+        elif not read:
+            broke.append(f"rank {rank} read no block of the pool")
+    return "; ".join(broke) or None
+
+
+def _lab_rules():
+    from sandbox import lab
+
+    return [lab.Rule(says="a rank reads only its own slice of the block pool", found=_reads_outside_own_slice),
+            # the poll's status all_reduce and the token all_gather are 2 calls; the metadata needs one more
+            lab.communicates(min_calls=3, says="the ranks must communicate the metadata (a call that moves it, "
+                                               "besides the poll's all_reduce and the token all_gather)")]
+
+
+LAB_RULES = _lab_rules

@@ -105,8 +105,8 @@ def _run(move):
     with (contextlib.nullcontext() if real else simulate.devices_checked()):
         if move:
             rewards = torch.stack([s["rewards"].to(device) for s in share])  # FIX: bring the share to this device
-        else:
-            rewards = torch.stack([s["rewards"] for s in share])  # BUG: tensors from cuda:0, cuda:1, ...
+        else:  # BUG: the share's tensors, from cuda:0, cuda:1, ..., stacked where they are (the error's line is bare)
+            rewards = torch.stack([s["rewards"] for s in share])
     values = [getattr(s["rewards"], "sim_data", s["rewards"]).cpu().tolist() for s in share]
     dist.destroy_process_group()
     return {"device": str(rewards.device), "shape": list(rewards.shape), "rewards": values}

@@ -67,8 +67,8 @@ def _setup(pass_device_id):
     return t.item()
 
 
-def broken():
-    return _setup(pass_device_id=True)  # BUG: device_id=xpu:i, as the CUDA code did with cuda:i
+def broken():  # BUG: device_id=xpu:i, as the CUDA code did with cuda:i (here, not on the line a traceback shows)
+    return _setup(pass_device_id=True)
 
 
 def fixed():
