@@ -1,0 +1,291 @@
+"""Pipeline parallelism with send and recv: a model of `world` stages, one per rank, fed a batch in micro-batches.
+Lab 25 has the learner write two schedules, GPipe (every forward, then every backward) and 1F1B (after a warm-up,
+one forward then one backward), and measure the bubble: the time a stage waits for its neighbours.
+
+Why a fixed sleep stands in for each stage's compute (`forward` sleeps FORWARD_S, `backward` BACKWARD_S, then do
+the real, tiny arithmetic): the bubble is a property of the schedule, and it shows only when compute dominates.
+Four ranks doing real matmuls on a 2-core machine would take turns on the cores and blur the picture; sleeping
+ranks do not compete, so the timeline looks the same on any machine. The gradients are real and exact.
+
+Why every schedule starts and ends with a barrier (`start`, `finish`): the bubble is idle time over a window every
+rank shares. The first barrier starts all clocks together; the last one makes a stage that finished early wait for
+the others, which is exactly the bubble at the end of the schedule. `bubble(res)` reads it from the run's events:
+per rank, the time spent inside torch.distributed calls (a recv waiting for its neighbour, a send waiting to be
+received, the final barrier) over the time between the two barriers. GPipe's formula for it, with every stage's
+forward and backward equally long and communication free, is (p - 1) / (m + p - 1); 1F1B has the same bubble and
+holds at most p - rank micro-batches' activations instead of m (`holds_at_most`, a rule the check applies).
+
+A gloo send returns only when the peer has posted the matching recv: a 1F1B written with blocking sends deadlocks
+(the last stage sends a gradient back while its neighbour sends it the next activation: the lab's first attempt,
+which the lab holds in its own cell and the tests read from there). `one_f_one_b` posts its sends with isend and
+waits on them at the end.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import torch
+import torch.nn.functional as F
+
+D, BATCH = 8, 16  # width of every stage, rows in the batch (m must divide it)
+FORWARD_S, BACKWARD_S = 0.05, 0.1  # a stage's simulated compute: the backward costs twice the forward
+
+
+# ----------------------------------------------------------------------------------------------- the model
+def stage_params(stage: int) -> dict:
+    """Stage `stage`'s parameters (seeded by the stage: the same in any process), as leaves that want gradients."""
+    g = torch.Generator().manual_seed(100 + stage)
+    return {"w": (torch.randn(D, D, generator=g) / D ** 0.5).requires_grad_(),
+            "b": (torch.randn(D, generator=g) * 0.1).requires_grad_()}
+
+
+def micro_batches(m: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The batch cut into m micro-batches of BATCH // m rows: [(x, target), ...]."""
+    if m < 1 or BATCH % m:
+        raise ValueError(f"m={m} does not divide the batch of {BATCH} rows; use 1, 2, 4, 8 or 16.")
+    g = torch.Generator().manual_seed(7)
+    x, target = torch.randn(BATCH, D, generator=g), torch.randn(BATCH, D, generator=g)
+    return list(zip(x.chunk(m), target.chunk(m)))
+
+
+def apply_stage(p: dict, x: torch.Tensor) -> torch.Tensor:
+    """One stage's arithmetic: Linear then tanh."""
+    return torch.tanh(F.linear(x, p["w"], p["b"]))
+
+
+def loss_of(y: torch.Tensor, target: torch.Tensor, m: int) -> torch.Tensor:
+    """One micro-batch's share of the batch's mean squared error (m equal micro-batches add up to the batch's)."""
+    return ((y - target) ** 2).mean() / m
+
+
+def reference(n: int, m: int = 4) -> dict:
+    """The whole model in one process on the whole batch: the gradients of each stage, which rank r must return."""
+    stages = [stage_params(s) for s in range(n)]
+    data = micro_batches(m)
+    x = torch.cat([xb for xb, _ in data])
+    target = torch.cat([t for _, t in data])
+    for p in stages:
+        x = apply_stage(p, x)
+    ((x - target) ** 2).mean().backward()
+    return {"per_rank": [{"w": p["w"].grad, "b": p["b"].grad} for p in stages]}
+
+
+# ----------------------------------------------------------------------------------------------- what a stage calls
+def start() -> tuple[int, int, dict]:
+    """Wait for every stage (the clocks start together); this rank, the number of stages and this stage's
+    parameters. The group is the sandbox's: `lab.check` makes it when the schedule does not."""
+    import torch.distributed as dist
+    # A process's first backward imports what torch._dynamo imports (sympy, symbolic shapes: seconds here). One
+    # tiny backward before the clocks start keeps that out of the measured window. (Because this module names
+    # torch._dynamo, a run of its own functions has the sandbox import it once before it forks the ranks; a
+    # notebook's warm sandbox imports it between runs.)
+    apply_stage(stage_params(0), torch.zeros(1, D)).sum().backward()
+    dist.barrier()
+    rank = dist.get_rank()
+    return rank, dist.get_world_size(), stage_params(rank)
+
+
+def forward(p: dict, x: torch.Tensor) -> torch.Tensor:
+    """This stage's forward on one micro-batch, with its simulated compute time."""
+    time.sleep(FORWARD_S)
+    return apply_stage(p, x)
+
+
+def backward(y: torch.Tensor, grad: torch.Tensor | None = None) -> None:
+    """This stage's backward for one micro-batch (`grad`: dL/dy from the next stage; None for the loss itself),
+    with its simulated compute time. The gradients add up in the parameters' .grad and in the input's."""
+    time.sleep(BACKWARD_S)
+    y.backward(grad)
+
+
+def finish(p: dict) -> dict:
+    """Wait for every stage (a stage done early idles here: the end of the bubble); this stage's gradients."""
+    import torch.distributed as dist
+    dist.barrier()
+    return {"w": p["w"].grad, "b": p["b"].grad}
+
+
+# ----------------------------------------------------------------------------------------------- the solutions
+def gpipe(m: int = 4) -> dict:
+    """GPipe: every micro-batch forward through the stages, then every one backward (last in, first out)."""
+    import torch.distributed as dist
+    rank, world, p = start()
+    data = micro_batches(m)
+    first, last = rank == 0, rank == world - 1
+    stash = []
+    for i in range(m):
+        if first:
+            x = data[i][0]
+        else:
+            x = torch.empty_like(data[i][0])
+            dist.recv(x, src=rank - 1)
+            x.requires_grad_()  # its gradient is what this stage sends back
+        y = forward(p, x)
+        if last:
+            y = loss_of(y, data[i][1], m)
+        else:
+            dist.send(y.detach(), dst=rank + 1)
+        stash.append((x, y))
+    for x, y in reversed(stash):
+        if last:
+            backward(y)
+        else:
+            grad = torch.empty_like(y)
+            dist.recv(grad, src=rank + 1)
+            backward(y, grad)
+        if not first:
+            dist.send(x.grad, dst=rank - 1)
+    return finish(p)
+
+
+def one_f_one_b(m: int = 8) -> dict:
+    """1F1B: stage r runs p - 1 - r forwards (warm-up), then one forward and one backward in turn, then the
+    backwards left (cool-down). Sends are posted with isend, so a stage sending to a neighbour that is itself
+    sending never waits: both go on to their recv, which the other's isend has already met."""
+    import torch.distributed as dist
+    rank, world, p = start()
+    data = micro_batches(m)
+    first, last = rank == 0, rank == world - 1
+    warmup = min(world - 1 - rank, m)
+    stash, sends = deque(), []
+
+    def forward_step(i):
+        if first:
+            x = data[i][0]
+        else:
+            x = torch.empty_like(data[i][0])
+            dist.recv(x, src=rank - 1)
+            x.requires_grad_()
+        y = forward(p, x)
+        if last:
+            y = loss_of(y, data[i][1], m)
+        else:
+            sends.append(dist.isend(y.detach(), dst=rank + 1))
+        stash.append((x, y))
+
+    def backward_step():
+        x, y = stash.popleft()  # the oldest micro-batch: the next stage sends gradients back in forward order
+        if last:
+            backward(y)
+        else:
+            grad = torch.empty_like(y)
+            dist.recv(grad, src=rank + 1)
+            backward(y, grad)
+        if not first:
+            sends.append(dist.isend(x.grad, dst=rank - 1))
+
+    for i in range(warmup):
+        forward_step(i)
+    for i in range(warmup, m):
+        forward_step(i)
+        backward_step()
+    for _ in range(warmup):
+        backward_step()
+    for work in sends:
+        work.wait()
+    return finish(p)
+
+
+# ----------------------------------------------------------------------------------------------- measuring
+def bubble_formula(p: int, m: int) -> float:
+    """GPipe's bubble: the idle fraction of every stage, (p - 1) / (m + p - 1)."""
+    return (p - 1) / (m + p - 1)
+
+
+def _calls(res, rank: int) -> list[tuple[dict, float | None]]:
+    """A rank's calls in order: (its enter event, the time it returned, None if it never did)."""
+    enters, exits = {}, {}
+    for e in res.events:
+        if e.get("rank") == rank and e.get("ev") in ("enter", "exit"):
+            (enters if e["ev"] == "enter" else exits)[e["id"]] = e
+    return [(enters[i], exits[i]["t"] if i in exits else None) for i in sorted(enters)]
+
+
+def bubble(res) -> dict[int, float]:
+    """Each rank's idle fraction, from the run's events: the time inside torch.distributed calls after the first
+    barrier returned, until the last barrier returned, over that window. Needs a run that finished."""
+    idle = {}
+    for r in range(res.world_size):
+        calls = [(e, t) for e, t in _calls(res, r) if t is not None]
+        barriers = [(e, t) for e, t in calls if e["op"] == "barrier"]
+        if len(barriers) < 2:
+            raise ValueError(f"rank {r} made {len(barriers)} barrier calls: a schedule starts with start() and ends "
+                             "with finish(), which make one each.")
+        t0, t1 = barriers[0][1], barriers[-1][1]
+        waited = sum(t - e["t"] for e, t in calls if e["t"] >= t0 and t <= t1)
+        idle[r] = waited / (t1 - t0)
+    return idle
+
+
+def bubble_line(name: str, res, m: int, predicted: float | None = None) -> str:
+    """'GPipe, p=4, m=4: idle per rank 0.47 0.45 0.44 0.45 (mean 0.45); (p-1)/(m+p-1) = 0.43; you said 0.25'."""
+    idle = bubble(res)
+    p = res.world_size
+    said = f"; you said {predicted:.2f}" if predicted is not None else ""
+    return (f"{name}, p={p}, m={m}: idle per rank {' '.join(f'{v:.2f}' for v in idle.values())} (mean "
+            f"{sum(idle.values()) / p:.2f}); (p-1)/(m+p-1) = {bubble_formula(p, m):.2f}{said}")
+
+
+def held(res) -> dict[int, int]:
+    """The most micro-batches each stage held at once (forwards begun, minus backwards done), read from the order of
+    its point-to-point calls: stage r > 0 begins a forward with a recv from r - 1 and ends a backward with a send
+    to it; stage 0 ends a forward with a send to 1 and begins a backward with a recv from 1."""
+    from sandbox.calls import p2p_ops
+    most = {}
+    for r in range(res.world_size):
+        now = top = 0
+        for e, _ in _calls(res, r):
+            for direction, peer, _tag in p2p_ops(e):
+                if r > 0 and peer == r - 1:
+                    now += 1 if direction == "recv" else -1
+                elif r == 0 and peer == 1:
+                    now += 1 if direction == "send" else -1
+                top = max(top, now)
+        most[r] = top
+    return most
+
+
+def holds_at_most():
+    """The 1F1B rule (a `sandbox.lab.Rule`): stage r holds at most p - r micro-batches' activations (one more
+    allowed, for a recv posted ahead). GPipe holds all m; the gradients alone cannot tell the two apart."""
+    from sandbox import lab
+
+    def found(res):
+        over = [(r, k) for r, k in held(res).items() if k > res.world_size - r + 1]
+        if not over:
+            return None
+        r, k = over[0]
+        return (f"stage {r} held the activations of {k} micro-batches at once, where 1F1B holds at most "
+                f"{res.world_size - r}")
+    return lab.Rule(says="a stage keeps at most p - rank micro-batches in flight, as 1F1B does", found=found)
+
+
+# ----------------------------------------------------------------------------------------------- wrong attempts
+def gpipe_no_input_grad(m: int = 4) -> dict:
+    """GPipe that sends back a gradient of zeros: the received activation was never made to want a gradient."""
+    import torch.distributed as dist
+    rank, world, p = start()
+    data = micro_batches(m)
+    first, last = rank == 0, rank == world - 1
+    stash = []
+    for i in range(m):
+        x = data[i][0] if first else torch.empty_like(data[i][0])
+        if not first:
+            dist.recv(x, src=rank - 1)
+        y = forward(p, x)
+        if last:
+            y = loss_of(y, data[i][1], m)
+        else:
+            dist.send(y.detach(), dst=rank + 1)
+        stash.append((x, y))
+    for x, y in reversed(stash):
+        if last:
+            backward(y)
+        else:
+            grad = torch.empty_like(y)
+            dist.recv(grad, src=rank + 1)
+            backward(y, grad)
+        if not first:
+            dist.send(torch.zeros_like(x) if x.grad is None else x.grad, dst=rank - 1)
+    return finish(p)
