@@ -59,10 +59,34 @@ def is_sandbox(path: str) -> bool:
             or any(part in path for part in _PLUMBING_PARTS))
 
 
+DYNAMIC_CODE = "<dynamic-code>"  # the file name cloudpickle gives every function it sends by value
+_dynamic_code_is: list[str | None] = [None]
+
+
+def name_dynamic_code(shown: str | None) -> None:
+    """In a rank: the file that the functions sent by value came from, as a site shows it ("<cell>" for a notebook
+    cell, else the file's shown path), so their calls are not all placed in cloudpickle's "<dynamic-code>"."""
+    _dynamic_code_is[0] = shown
+
+
+def code_file(fn) -> str | None:
+    """In the parent: where a function sent by value was written, as `name_dynamic_code` takes it: "<cell>" for code
+    typed into IPython or Jupyter (its file is a temporary name no reader knows), else its shown path."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    name = code.co_filename
+    if name.startswith("<ipython-input") or re.search(r"ipykernel_\d+[/\\]\d+\.py$", name):
+        return "<cell>"
+    return None if name.startswith("<") else shown_path(name)
+
+
 def shown_path(path: str) -> str:
     """How a file is shown in a site, a stack top or a note: relative to the project when it is the project's (the
     sandbox's package, or anything in its checkout), whatever the working directory; else relative to the working
     directory when it is below it; else as it is."""
+    if path == DYNAMIC_CODE and _dynamic_code_is[0]:
+        return _dynamic_code_is[0]
     if not os.path.isabs(path):
         return path
     here = os.path.normpath(path)

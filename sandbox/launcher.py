@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Callable
 
+from sandbox import _paths
 from sandbox._run import Run
 from sandbox._run.options import MAX_WORLD_SIZE, Interrupted, UsageError
 from sandbox.result import RunResult
@@ -57,13 +58,17 @@ def _func_target(fn: Callable) -> dict:
     return target
 
 
-def launch(fn: Callable, world_size: int = 4, args: tuple = (), kwargs: dict | None = None, **options) -> RunResult:
+def launch(fn: Callable, world_size: int = 4, args: tuple = (), kwargs: dict | None = None, *,
+           code_file: str | None = None, **options) -> RunResult:
     """Run `fn(*args, **kwargs)` on `world_size` ranks. `fn` may be importable (a module's function: the ranks
     import it) or not (typed into a notebook cell, a lambda, a closure: it is sent by value with cloudpickle).
-    See `Run` for the options."""
+    `code_file`: where the functions sent by value were written, as sites show it (`_paths.code_file`; by default
+    `fn`'s own). See `Run` for the options."""
     import cloudpickle
 
     target = _func_target(fn)
+    if code_file or "fn_bytes" in target:
+        target["code_file"] = code_file or _paths.code_file(fn)
     try:
         target["payload"] = cloudpickle.dumps((tuple(args), dict(kwargs or {})))
     except Exception as e:  # noqa: BLE001  whatever pickling raises, the user's arguments are the cause

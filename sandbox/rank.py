@@ -19,7 +19,7 @@ import signal
 import sys
 import traceback
 
-from sandbox import trace
+from sandbox import _paths, trace
 from sandbox._proc import die_with_parent
 from sandbox.trace import recorder
 
@@ -50,6 +50,7 @@ def prepare(spec: dict) -> None:
     for name in spec.get("preload", ()):
         importlib.import_module(name)
     target = spec["target"]
+    _paths.name_dynamic_code(target.get("code_file"))
     if target["kind"] == "func":
         if target.get("path"):
             sys.path.insert(0, os.path.dirname(target["path"]))

@@ -106,3 +106,25 @@ def test_from_a_jupyter_kernel(clean):
                          "bad = launch(scenarios.send_cycle, world_size=2)\n"
                          "print(ok.verdict, ok.values[0], bad.verdict, bad.diagnosis.kind)", timeout=90)
     assert text.strip() == "ok [3.0, 3.0, 3.0] hang p2p_cycle"
+
+
+def test_a_function_sent_by_value_is_placed_in_the_file_it_was_written_in(clean):
+    """cloudpickle names every function it sends by value "<dynamic-code>"; a site says where it was written: its
+    file for a closure in a module, "<cell>" for code typed into Jupyter."""
+    import torch.distributed  # noqa: F401  (the closure's body needs it in the ranks only)
+
+    def stuck():
+        import torch
+        import torch.distributed as dist
+        if dist.get_rank() == 0:
+            dist.all_reduce(torch.ones(1))
+        dist.barrier()
+
+    res = launch(stuck, world_size=2, init=True)
+    assert res.verdict == "hang", res.diagnosis.summary
+    assert "tests/test_api.py:" in res.diagnosis.summary and "<dynamic-code>" not in res.diagnosis.summary
+    from sandbox import _paths
+    cell = {}
+    exec(compile("def f():\n    return 1\n", "/tmp/ipykernel_4242/1234.py", "exec"), cell)
+    assert _paths.code_file(cell["f"]) == "<cell>"
+    assert _paths.code_file(print) is None

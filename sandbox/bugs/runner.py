@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, NamedTuple
 
-from sandbox import defaults
+from sandbox import _paths, defaults
 from sandbox.bugs.expectation import unmet_expectations
 
 
@@ -47,6 +47,7 @@ def run_variant(bug, variant: str, n: int, *, gpu: bool = False, debug: str | No
         raise ValueError(f"variant is 'broken' or 'fixed', not {variant!r}.")
     level = defaults.debug_env(debug).get("TORCH_DISTRIBUTED_DEBUG")
     res = launch(_entry.run, world_size=n, args=(bug.module, variant, options(bug, n, gpu), _pickled(fix)),
+                 code_file=_paths.code_file(fix) if fix is not None else None,
                  gpu=gpu, debug=level, timeout=bug.timeout, preload=[bug.module], **launch_options)
     why = unmet_expectations(bug.expect(variant, gpu), res, debug=level is not None)
     return VariantRun(res, not why, why)
