@@ -1,0 +1,363 @@
+"""Lab 22, data parallelism built by hand: every rank holds the whole model and trains on its own slice of the batch;
+the ranks average their gradients before each step, so each takes the step one process would take on the whole
+batch (`reference(n)`, that process; everything else runs on the ranks). Two ways, side by side as picotron keeps
+`DataParallelNaive` beside `DataParallelBucket`:
+- `naive`: after backward, one `all_reduce` per parameter, divided by the world size. Every call pays the latency,
+  and nothing moves until backward has finished.
+- `Buckets`: a hook per parameter (`register_post_accumulate_grad_hook`) says when its gradient is final; buckets
+  are filled in the order backward finishes them (last layer first), and a bucket's `all_reduce` starts, async, as
+  soon as its last gradient lands, while backward goes on. `finish()` waits for them before the optimizer step.
+  Buckets start in index order on every rank: collectives are matched by call order, not by name.
+
+The model's `extra` head is used only by hard samples (`if hard.any():`), which all sit on the last rank: elsewhere
+`extra` gets no gradient (`p.grad is None`), as a DDP model with unused parameters. Those ranks must still take part,
+with zeros; skipping the call (`skip_none`, the lab's bug) makes the ranks call different collectives. The other
+attempts are the plausible wrong ones the tests hold the checks to (no division, a bucket never waited, buckets
+started out of order, every call after backward: right values, but `OVERLAP`, the bucketed part's rule, broken).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from sandbox import lab, words
+
+STEPS = 3
+LR = 0.1
+BATCH = 24  # the global batch: divisible by 2, 3 and 4 ranks, so every rank's slice has the same size
+HARD = 2  # the last HARD samples of every batch are hard ones: only the last rank gets them
+D_IN, D_HIDDEN, D_OUT = 8, 16, 4
+CAP_BYTES = 256  # a bucket closes at this many bytes: the tiny model's are the head, extra, and each body layer
+
+
+class Net(nn.Module):
+    """An MLP with a correction head that only hard samples use: on a rank without one, `extra` gets no gradient."""
+
+    def __init__(self, width: int = D_HIDDEN, depth: int = 2, extra: bool = True):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Linear(D_IN, width), nn.Tanh()]
+        for _ in range(depth - 1):
+            layers += [nn.Linear(width, width), nn.Tanh()]
+        self.body = nn.Sequential(*layers)
+        self.extra = nn.Linear(width, D_OUT) if extra else None
+        self.head = nn.Linear(width, D_OUT)
+
+    def forward(self, x, hard):
+        h = self.body(x)
+        out = self.head(h)
+        if self.extra is not None and hard.any():  # skip the extra head when no sample needs it
+            out = out + hard.unsqueeze(1) * self.extra(h)
+        return out
+
+
+def make_model(**kw) -> Net:
+    torch.manual_seed(0)  # every rank builds the same initial weights
+    return Net(**kw)
+
+
+def batch(step: int, size: int = BATCH):
+    """The global batch of a step: inputs, targets and the hard-sample mask (the last HARD samples)."""
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(size, D_IN, generator=g)
+    y = torch.randn(size, D_OUT, generator=g)
+    hard = torch.zeros(size)
+    hard[-HARD:] = 1.0
+    return x, y, hard
+
+
+def local(step: int, rank: int, world: int, size: int = BATCH):
+    """This rank's contiguous slice of the step's global batch."""
+    per = size // world
+    return tuple(t[rank * per:(rank + 1) * per] for t in batch(step, size))
+
+
+def loss_fn(out, y):
+    return nn.functional.mse_loss(out, y)  # a mean: the average of equal slices' means is the whole batch's mean
+
+
+def weights(model) -> dict:
+    """The weights by name, flattened to lists: a wrong value is then named down to its index."""
+    return {name: p.detach().reshape(-1).tolist() for name, p in model.named_parameters()}
+
+
+def setup():
+    """(rank, world size): `lab.check` makes the group before the function runs, and destroys it after."""
+    return dist.get_rank(), dist.get_world_size()
+
+
+def reference(n: int = 1, steps: int = STEPS) -> dict:
+    """One process, the whole batch, SGD: every rank's weights after `steps` steps, for any number of ranks `n`."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(steps):
+        x, y, hard = batch(step)
+        opt.zero_grad()
+        loss_fn(model(x, hard), y).backward()
+        opt.step()
+    return weights(model)
+
+
+# ------------------------------------------------------------------------------------- part 1: naive
+def naive(steps: int = STEPS) -> dict:
+    rank, world = setup()
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(steps):
+        x, y, hard = local(step, rank, world)
+        opt.zero_grad()
+        loss_fn(model(x, hard), y).backward()
+        for p in model.parameters():
+            if p.grad is None:  # FIX: unused on this rank: its share of the sum is zero, and it must still take part
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad)  # the sum of every rank's gradient
+            p.grad /= world  # FIX: the average, the gradient of the whole batch's mean loss
+        opt.step()
+    return weights(model)
+
+
+def skip_none(steps: int = STEPS) -> dict:
+    rank, world = setup()
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(steps):
+        x, y, hard = local(step, rank, world)
+        opt.zero_grad()
+        loss_fn(model(x, hard), y).backward()
+        for p in model.parameters():
+            if p.grad is not None:  # BUG: a rank without hard samples skips extra's all_reduce; the others do not
+                dist.all_reduce(p.grad)
+                p.grad /= world
+        opt.step()
+    return weights(model)
+
+
+# ------------------------------------------------------------------------------------- part 2: buckets
+def train(wrap, steps: int = STEPS, **model_kw) -> dict:
+    """The training loop of part 1 with the communication moved into `wrap`: `wrap(model)` once (install hooks),
+    `.finish()` after each backward (wait for the buckets). The notes mark backward's start and end for `OVERLAP`."""
+    rank, world = setup()
+    model = make_model(**model_kw)
+    averaging = wrap(model)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(steps):
+        x, y, hard = local(step, rank, world)
+        opt.zero_grad()
+        loss = loss_fn(model(x, hard), y)
+        lab.note(backward="start", step=step)
+        loss.backward()
+        lab.note(backward="end", step=step)
+        averaging.finish()
+        opt.step()
+    return weights(model)
+
+
+class Buckets:
+    """Gradients averaged in buckets whose all_reduce starts during backward, as DDP's reducer does."""
+
+    def __init__(self, model, cap_bytes: int = CAP_BYTES):
+        self.world = dist.get_world_size()
+        self.buckets: list[list] = [[]]
+        size = 0
+        for p in reversed(list(model.parameters())):  # backward finishes the last layer first: it fills bucket 0
+            if size >= cap_bytes:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += p.numel() * p.element_size()
+        self.bucket_of = {p: i for i, b in enumerate(self.buckets) for p in b}
+        for p in self.bucket_of:
+            p.register_post_accumulate_grad_hook(self._ready)  # called when p.grad is final for this backward
+        self.started_at: list[float] = []  # when each bucket's all_reduce started (time.time), for the timeline
+        self._reset()
+
+    def _reset(self):
+        self.missing = [len(b) for b in self.buckets]  # gradients each bucket still waits for
+        self.next = 0  # the next bucket to start: buckets start in index order on every rank
+        self.works = []
+
+    def _ready(self, p):
+        self.missing[self.bucket_of[p]] -= 1
+        self._start_ready()
+
+    def _start_ready(self):
+        while self.next < len(self.buckets) and self.missing[self.next] == 0:
+            params = self.buckets[self.next]
+            flat = torch.cat([p.grad.reshape(-1) for p in params])
+            self.started_at.append(time.time())
+            self.works.append((dist.all_reduce(flat, async_op=True), flat, params))  # returns at once
+            self.next += 1
+
+    def finish(self):
+        self._start_unused()
+        for work, flat, params in self.works:
+            work.wait()  # the optimizer must not read a gradient still being summed
+            self._copy_back(flat, params)
+        self._reset()
+
+    def _start_unused(self):
+        for p, i in self.bucket_of.items():
+            if p.grad is None:  # unused on this rank: its hook never ran; its share of the sum is zero
+                p.grad = torch.zeros_like(p)
+                self.missing[i] -= 1
+        self._start_ready()
+
+    def _copy_back(self, flat, params):
+        flat /= self.world
+        for p, g in zip(params, flat.split([p.numel() for p in params])):
+            p.grad.copy_(g.view_as(p))
+
+
+def bucketed(steps: int = STEPS) -> dict:
+    return train(Buckets, steps)
+
+
+class Unwaited(Buckets):
+    """Wrong: the buckets start during backward, but nobody waits for them before the optimizer reads the gradient."""
+
+    def finish(self):
+        self._start_unused()
+        for _work, flat, params in self.works:
+            self._copy_back(flat, params)
+        self._reset()
+
+
+class NoDivide(Buckets):
+    """Wrong: the sum of the gradients, not their average (a step world-size times too long)."""
+
+    def _copy_back(self, flat, params):
+        for p, g in zip(params, flat.split([p.numel() for p in params])):
+            p.grad.copy_(g.view_as(p))
+
+
+class AsSoonAsComplete(Buckets):
+    """Wrong: a bucket starts as soon as it is complete, whatever its index; ranks that did not use `extra` start
+    the next buckets before extra's, rank 3 does not: the second call differs."""
+
+    def _start_ready(self):
+        begun = [params for _, _, params in self.works]
+        for params, missing in zip(self.buckets, self.missing):
+            if missing == 0 and not any(params is b for b in begun):
+                flat = torch.cat([p.grad.reshape(-1) for p in params])
+                self.works.append((dist.all_reduce(flat, async_op=True), flat, params))
+
+
+def _overlap(res) -> str | None:
+    """OVERLAP's finder: the ranks on which no all_reduce started between a 'backward start' and 'backward end'."""
+    spans: dict = {}
+    starts: dict = {}
+    for e in res.events:
+        said = (e.get("fields") or {}).get("backward") if e.get("ev") == "note" else None
+        if said == "start":
+            starts[e["rank"]] = e["t"]
+        elif said == "end" and e["rank"] in starts:
+            spans.setdefault(e["rank"], []).append((starts.pop(e["rank"]), e["t"]))
+    during = {r.rank: 0 for r in res.ranks}
+    for e in res.events:
+        if e.get("ev") == "enter" and e.get("op") == "all_reduce":
+            if any(a <= e["t"] <= b for a, b in spans.get(e["rank"], ())):
+                during[e["rank"]] = during.get(e["rank"], 0) + 1
+    idle = sorted(r for r, k in during.items() if k == 0)
+    return f"{words.ranks(idle)} started no all_reduce while backward was running" if idle else None
+
+
+OVERLAP = lab.Rule(says="a bucket's all_reduce starts during backward", found=_overlap)
+
+
+# ------------------------------------------------------------------------------------- measured
+BENCH = {"width": 256, "depth": 6, "extra": False}  # 1.3 MB of gradients in 14 tensors, every parameter used
+BENCH_BATCH = 64  # samples per rank: enough backward to hide some communication behind
+BENCH_CAP = 256 * 1024  # bytes per bucket, ours and DDP's alike
+
+
+def _each(model, world):
+    def finish():
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world
+    return finish
+
+
+def bench(steps: int = 5, warmup: int = 2) -> dict:
+    """Per rank: the median time of a training step (ms) and the all_reduce calls a step makes, for the naive loop,
+    our buckets and DDP (the same bucket size), on the bigger BENCH model."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world = setup()
+    out = {}
+    for name in ("naive", "buckets", "DDP"):
+        model = make_model(**BENCH)
+        net, finish = model, _each(model, world)
+        if name == "buckets":
+            buckets = Buckets(model, BENCH_CAP)
+            finish, calls = buckets.finish, len(buckets.buckets)
+        elif name == "DDP":
+            net, finish = DDP(model, bucket_cap_mb=BENCH_CAP / 2**20), (lambda: None)
+        opt = torch.optim.SGD(net.parameters(), lr=LR)
+        times = []
+        for step in range(warmup + steps):
+            x, y, hard = local(step, rank, world, BENCH_BATCH * world)
+            dist.barrier()  # the ranks start each step together: a step's time, not a wait for a late rank
+            t = time.perf_counter()
+            opt.zero_grad()
+            loss_fn(net(x, hard), y).backward()
+            finish()
+            opt.step()
+            times.append(time.perf_counter() - t)
+        if name == "naive":
+            calls = len(list(model.parameters()))
+        elif name == "DDP":
+            data = net._get_ddp_logging_data()  # DDP rebuilds its buckets after the first step, in backward's order
+            calls = len(data.get("rebuilt_bucket_sizes", data["bucket_sizes"]).split(","))
+        out[name] = {"ms": statistics.median(times[warmup:]) * 1e3, "calls": calls}
+    return out
+
+
+def timings(res) -> str:
+    """bench's table: for each way, the slowest rank's median step and the calls per step."""
+    values = [r.value for r in res.ranks if isinstance(r.value, dict)]
+    if len(values) != len(res.ranks):
+        return f"no table: the run ended {res.verdict} ({res.diagnosis.summary})"
+    lines = [f"{'':10}{'ms per step (slowest rank)':>28}{'all_reduce calls per step':>28}"]
+    for name in values[0]:
+        lines.append(f"{name:10}{max(v[name]['ms'] for v in values):28.1f}{values[0][name]['calls']:28d}")
+    return "\n".join(lines)
+
+
+def overlap(steps: int = 2) -> dict:
+    """Buckets on the BENCH model; for the last step: how long backward took, and when each bucket's all_reduce
+    started and when finish() had waited for them all, in ms from backward's start."""
+    rank, world = setup()
+    model = make_model(**BENCH)
+    buckets = Buckets(model, BENCH_CAP)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(steps):
+        x, y, hard = local(step, rank, world, BENCH_BATCH * world)
+        opt.zero_grad()
+        loss = loss_fn(model(x, hard), y)
+        buckets.started_at.clear()
+        t0 = time.time()
+        loss.backward()
+        t1 = time.time()
+        buckets.finish()
+        t2 = time.time()
+        opt.step()
+    return {"backward": (t1 - t0) * 1e3, "started": [(s - t0) * 1e3 for s in buckets.started_at],
+            "waited": (t2 - t0) * 1e3}
+
+
+def overlap_words(res) -> str:
+    """One line per rank: backward's span, the buckets' start times, how many started during backward."""
+    lines = []
+    for r in res.ranks:
+        v = r.value
+        if not isinstance(v, dict):
+            return f"no times: the run ended {res.verdict} ({res.diagnosis.summary})"
+        during = sum(s <= v["backward"] for s in v["started"])
+        starts = ", ".join(f"{s:.1f}" for s in v["started"])
+        lines.append(f"rank {r.rank}: backward 0-{v['backward']:.1f} ms; buckets started at {starts} ms"
+                     f" ({during} of {len(v['started'])} during backward); all waited by {v['waited']:.1f} ms")
+    return "\n".join(lines)

@@ -1,0 +1,318 @@
+"""Lab 23, sharding built by hand: data parallelism where no rank holds everything. Plain data parallelism keeps a
+full copy of the parameters, the gradients and Adam's two moments on every rank (4 numbers per parameter); the ZeRO
+paper's point is that each rank only needs to *update* 1/N of them.
+
+- ZeRO-1/2 (`zero`): the parameters live in one flat vector, padded so that it splits into N equal shards. After
+  backward, `reduce_scatter` gives each rank the summed gradient of its own shard only; the rank steps its shard with
+  Adam (whose moments exist for that shard alone), and `all_gather` puts the updated shards back together on every
+  rank. Stage 1 shards the optimizer state; stage 2 also drops the full gradient once it is reduce-scattered.
+- FSDP (ZeRO-3, `fsdp`): the parameters themselves are sharded, layer by layer. `GatheredLinear` all_gathers a
+  layer's parameters just before its forward and lets them go right after; its backward gathers them again, and
+  reduce-scatters the layer's gradient so each rank keeps only its shard's. What a rank holds between steps is 1/N
+  of everything, plus, while a layer runs, that one layer in full.
+
+Why padding: a reduce-scatter splits its input into N equal parts, and an all-gather joins N equal parts. A learner
+who splits the flat vector with `tensor_split` gets parts of 117, 117, 117 and 116 numbers for this model's 467
+parameters on 4 ranks, and gloo refuses the first `reduce_scatter_single` on every rank
+(`outputShape[0] * worldSize == inputShape[0] (468 vs. 467)`; rank 3's says 464): `zero_unpadded`, the lab's bug.
+Padding the vector with zeros to a multiple of N fixes it; the padding's gradient is zero and it never reaches the
+model.
+
+`memory(...)` counts what a rank holds, from the tensors themselves: the bytes of the distinct storages behind the
+parameters, the gradients and the optimizer's state (a view into a flat buffer counts the buffer once).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from sandbox import lab
+
+STEPS = 3
+LR = 0.01
+BATCH = 24  # divisible by 2, 3 and 4 ranks
+SIZES = (8, 16, 16, 3)  # three Linear layers: 467 parameters, which 2, 3 and 4 do not divide
+
+
+def make_model() -> nn.Sequential:
+    torch.manual_seed(0)  # every rank builds the same initial weights
+    layers: list[nn.Module] = []
+    for a, b in zip(SIZES, SIZES[1:]):
+        layers += [nn.Linear(a, b), nn.Tanh()]
+    return nn.Sequential(*layers[:-1])  # no Tanh after the last layer
+
+
+def batch(step: int):
+    g = torch.Generator().manual_seed(2000 + step)
+    return torch.randn(BATCH, SIZES[0], generator=g), torch.randn(BATCH, SIZES[-1], generator=g)
+
+
+def local(step: int, rank: int, world: int):
+    per = BATCH // world
+    return tuple(t[rank * per:(rank + 1) * per] for t in batch(step))
+
+
+def loss_fn(out, y):
+    return nn.functional.mse_loss(out, y)
+
+
+def weights(model) -> dict:
+    return {name: p.detach().reshape(-1).tolist() for name, p in model.named_parameters()}
+
+
+def setup():
+    """(rank, world size); `lab.check` makes the group and destroys it."""
+    return dist.get_rank(), dist.get_world_size()
+
+
+def reference(n: int = 1, steps: int = STEPS) -> dict:
+    """One process, the whole batch, Adam: what every rank's weights must equal after `steps` steps."""
+    model = make_model()
+    adam = torch.optim.Adam(model.parameters(), lr=LR)
+    for step in range(steps):
+        x, y = batch(step)
+        adam.zero_grad()
+        loss_fn(model(x), y).backward()
+        adam.step()
+    return weights(model)
+
+
+# ------------------------------------------------------------------------------------- part 1: ZeRO-1/2
+def zero(steps: int = STEPS, stage: int = 2, measure: bool = False):
+    rank, world = setup()
+    model = make_model()
+    params = list(model.parameters())
+    total = sum(p.numel() for p in params)
+    size = -(-total // world)  # FIX: ceil: the flat vector is padded with zeros to size * world, N equal shards
+    flat = torch.zeros(size * world)
+    flat[:total] = parameters_to_vector(params).detach()
+    start = 0
+    for p in params:  # the model's parameters become views into flat: one all_gather updates them all
+        p.data = flat[start:start + p.numel()].view_as(p)
+        start += p.numel()
+    shard = nn.Parameter(flat[rank * size:(rank + 1) * size])  # a view too: Adam steps this rank's part of flat
+    adam = torch.optim.Adam([shard], lr=LR)  # its moments exist for the shard only
+    for step in range(steps):
+        x, y = local(step, rank, world)
+        model.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        grads = torch.zeros(size * world)  # padded like flat
+        grads[:total] = torch.cat([p.grad.reshape(-1) for p in params])
+        model.zero_grad(set_to_none=True)  # the gradient lives in grads now
+        mine = torch.empty(size)
+        dist.reduce_scatter_single(mine, grads)  # the sum over ranks of this rank's part
+        if stage == 1:  # ZeRO-1 keeps the whole gradient; ZeRO-2 lets grads go and keeps only its part
+            mine = grads[rank * size:(rank + 1) * size].copy_(mine)
+        shard.grad = mine.div_(world)
+        adam.step()
+        dist.all_gather_single(flat, shard.detach().clone())  # every rank's stepped part, into every rank
+    if measure:
+        return memory(params + [shard], adam)
+    return weights(model)
+
+
+def zero_unpadded(steps: int = STEPS) -> dict:
+    rank, world = setup()
+    model = make_model()
+    params = list(model.parameters())
+    flat = parameters_to_vector(params).detach()
+    shard = nn.Parameter(flat.tensor_split(world)[rank].clone())  # this rank's part of the parameters
+    adam = torch.optim.Adam([shard], lr=LR)
+    for step in range(steps):
+        x, y = local(step, rank, world)
+        model.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        grads = torch.cat([p.grad.reshape(-1) for p in params])
+        mine = torch.empty_like(shard)
+        dist.reduce_scatter_single(mine, grads)  # the sum over ranks of this rank's part
+        shard.grad = mine / world
+        adam.step()
+        dist.all_gather_single(flat, shard.detach())  # every rank's stepped part
+        vector_to_parameters(flat, params)
+    return weights(model)
+
+
+def gather_first(steps: int = STEPS) -> dict:
+    """Wrong: the shards are gathered before Adam steps them, so the model always runs one step behind."""
+    rank, world = setup()
+    model = make_model()
+    params = list(model.parameters())
+    total = sum(p.numel() for p in params)
+    size = -(-total // world)
+    flat = torch.zeros(size * world)
+    flat[:total] = parameters_to_vector(params).detach()
+    shard = nn.Parameter(flat[rank * size:(rank + 1) * size].clone())
+    adam = torch.optim.Adam([shard], lr=LR)
+    for step in range(steps):
+        x, y = local(step, rank, world)
+        model.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        grads = torch.zeros(size * world)
+        grads[:total] = torch.cat([p.grad.reshape(-1) for p in params])
+        mine = torch.empty(size)
+        dist.reduce_scatter_single(mine, grads)
+        dist.all_gather_single(flat, shard.detach().clone())
+        vector_to_parameters(flat[:total], params)
+        shard.grad = mine / world
+        adam.step()
+    return weights(model)
+
+
+# ------------------------------------------------------------------------------------- part 2: FSDP
+class GatheredLinear(torch.autograd.Function):
+    """y = x W^T + b, where W and b exist in full only inside this forward and this backward."""
+
+    @staticmethod
+    def forward(ctx, x, shard, layer):
+        w, b = layer.gather()  # every rank's shard of this layer, joined
+        ctx.save_for_backward(x)  # not w: the full parameters go when forward returns
+        ctx.layer = layer
+        return x @ w.T + b
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved_tensors
+        layer = ctx.layer
+        w, _ = layer.gather()  # FIX: gathered again, for this backward only
+        grad = torch.cat([(gy.T @ x).reshape(-1), gy.sum(0)])  # dL/dW, dL/db, flat
+        mine = torch.empty_like(layer.shard)
+        dist.reduce_scatter_single(mine, layer.padded(grad))  # FIX: the sum over ranks of this rank's shard
+        return gy @ w, mine / dist.get_world_size(), None
+
+
+class ShardedLinear(nn.Module):
+    """A Linear layer of which this rank keeps one shard of the flat (weight, bias), padded to N equal shards."""
+
+    def __init__(self, linear: nn.Linear, function=GatheredLinear):
+        super().__init__()
+        rank, self.world = setup()
+        self.out_features, self.in_features = linear.weight.shape
+        self.numel = linear.weight.numel() + linear.bias.numel()
+        self.size = -(-self.numel // self.world)
+        flat = self.padded(torch.cat([linear.weight.detach().reshape(-1), linear.bias.detach()]))
+        self.shard = nn.Parameter(flat[rank * self.size:(rank + 1) * self.size].clone())
+        self.function = function
+
+    def padded(self, v):
+        return nn.functional.pad(v, (0, self.size * self.world - v.numel()))
+
+    def gather(self):
+        """(weight, bias) in full, from every rank's shard: an all_gather."""
+        flat = torch.empty(self.size * self.world)
+        dist.all_gather_single(flat, self.shard.detach())
+        w = flat[:self.out_features * self.in_features].view(self.out_features, self.in_features)
+        return w, flat[self.out_features * self.in_features:self.numel]
+
+    def forward(self, x):
+        return self.function.apply(x, self.shard, self)
+
+
+def fsdp(function=GatheredLinear, steps: int = STEPS, measure: bool = False):
+    """Train the model with every Linear sharded (its forward and backward are `function`'s); return the full
+    weights, gathered once at the end, by the reference's names (or what a rank held, with `measure`)."""
+    rank, world = setup()
+    model = make_model()
+    for i, m in enumerate(model):
+        if isinstance(m, nn.Linear):
+            model[i] = ShardedLinear(m, function)
+    adam = torch.optim.Adam(model.parameters(), lr=LR)
+    for step in range(steps):
+        x, y = local(step, rank, world)
+        adam.zero_grad(set_to_none=False)  # keep the grad shards: they are what a rank holds between steps
+        loss_fn(model(x), y).backward()
+        adam.step()
+    if measure:
+        return memory(list(model.parameters()), adam)
+    out = {}
+    for i, m in enumerate(model):
+        if isinstance(m, ShardedLinear):
+            w, b = m.gather()
+            out[f"{i}.weight"], out[f"{i}.bias"] = w.reshape(-1).tolist(), b.tolist()
+    return out
+
+
+class KeptLinear(GatheredLinear):
+    """Right values, the rule broken: the forward keeps the full parameters for backward instead of freeing them."""
+
+    @staticmethod
+    def forward(ctx, x, shard, layer):
+        w, b = layer.gather()
+        ctx.save_for_backward(x, w)
+        ctx.layer = layer
+        return x @ w.T + b
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, w = ctx.saved_tensors
+        layer = ctx.layer
+        grad = torch.cat([(gy.T @ x).reshape(-1), gy.sum(0)])
+        mine = torch.empty_like(layer.shard)
+        dist.reduce_scatter_single(mine, layer.padded(grad))
+        return gy @ w, mine / dist.get_world_size(), None
+
+
+SCATTERS = lab.communicates(op=("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single"),
+                            min_calls=STEPS,
+                            says="each rank receives the summed gradient of its own part only (a reduce_scatter)")
+LAYERS = len(SIZES) - 1
+# every layer gathered for its forward and again for its backward, each step (the final gather comes on top)
+REGATHER = lab.communicates(op=("all_gather", "all_gather_into_tensor", "all_gather_single"),
+                            min_calls=2 * LAYERS * STEPS,
+                            says="a layer's full parameters are gathered for its forward, freed, and gathered again"
+                                 " for its backward")
+
+
+# ------------------------------------------------------------------------------------- memory
+def nbytes(tensors) -> int:
+    """Bytes of the distinct storages behind `tensors` (None skipped; views into one buffer count it once)."""
+    seen = {}
+    for t in tensors:
+        if t is not None:
+            s = t.untyped_storage()
+            seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
+
+
+def memory(params, optimizer) -> dict:
+    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    return {"parameters": nbytes(params), "gradients": nbytes(p.grad for p in params),
+            "optimizer state": nbytes(state)}
+
+
+def unsharded(steps: int = STEPS) -> dict:
+    """Plain data parallelism with Adam (every rank holds everything): what a rank holds after `steps` steps."""
+    rank, world = setup()
+    model = make_model()
+    adam = torch.optim.Adam(model.parameters(), lr=LR)
+    for step in range(steps):
+        x, y = local(step, rank, world)
+        adam.zero_grad(set_to_none=False)
+        loss_fn(model(x), y).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world
+        adam.step()
+    return memory(list(model.parameters()), adam)
+
+
+def measured() -> dict:
+    """On every rank: what it holds after training, for plain data parallelism, ZeRO-1, ZeRO-2 and FSDP."""
+    return {"data parallel": unsharded(), "ZeRO-1": zero(stage=1, measure=True),
+            "ZeRO-2": zero(stage=2, measure=True), "FSDP": fsdp(measure=True)}
+
+
+def memory_table(res) -> str:
+    """Rank 0's bytes per kind and in all, each way against plain data parallelism."""
+    v = res.ranks[0].value if res.ranks else None
+    if not isinstance(v, dict):
+        return f"no table: the run ended {res.verdict} ({res.diagnosis.summary})"
+    kinds = list(v["data parallel"])
+    lines = [f"{'bytes on rank 0':16}" + "".join(f"{k:>17}" for k in kinds) + f"{'total':>17}"]
+    base = v["data parallel"]
+    for way, held in v.items():
+        cells = [f"{held[k]:>8} ({held[k] / base[k]:4.2f}x)" for k in kinds]
+        total, whole = sum(held.values()), sum(base.values())
+        lines.append(f"{way:16}" + "".join(f"{c:>17}" for c in cells) + f"{f'{total} ({total / whole:4.2f}x)':>17}")
+    return "\n".join(lines)

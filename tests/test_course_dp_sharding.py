@@ -1,0 +1,193 @@
+"""Labs 22 (data parallelism) and 23 (sharding): each check the labs use accepts the reference solution and rejects
+the code the lab starts the learner with, the bug it shows, and a plausible wrong attempt, on real gloo ranks.
+
+The starting code of the labs' "your task" cells is copied here (`_local_only`, `_SyncAfterBackward`): the lab
+cannot import it from the notebook, and a test that held only the module's own attempts could pass while the
+notebook's starting code slipped through the check. The memory counts are checked against what they must be for
+this model (467 parameters, 468 once padded for 4 ranks), not against a run of the same code.
+"""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sandbox import lab  # noqa: E402
+from sandbox.course import data_parallel as dp  # noqa: E402
+from sandbox.course import sharding as sh  # noqa: E402
+
+
+def _check(fn, n=4, reference=None, **kw):
+    return lab.check(fn, n=n, reference=reference, show=False, **kw)
+
+
+# ------------------------------------------------------------------------------------------------ lab 22
+def _local_only():
+    """Lab 22's starting `my_naive`: every rank trains on its own slice, no communication."""
+    import torch.distributed as dist
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = dp.make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=dp.LR)
+    for step in range(dp.STEPS):
+        x, y, hard = dp.local(step, rank, world)
+        opt.zero_grad()
+        dp.loss_fn(model(x, hard), y).backward()
+        opt.step()
+    return dp.weights(model)
+
+
+class _SyncAfterBackward:
+    """Lab 22's starting `MyBuckets`: the hook only counts; finish() makes every call after backward."""
+
+    def __init__(self, model, cap_bytes=dp.CAP_BYTES):
+        import torch.distributed as dist
+        self.model, self.world, self.ready = model, dist.get_world_size(), 0
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(self.hook)
+
+    def hook(self, p):
+        self.ready += 1
+
+    def finish(self):
+        import torch.distributed as dist
+        for p in self.model.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad)
+            p.grad /= self.world
+        self.ready = 0
+
+
+def _train(wrap):
+    return dp.train(wrap)
+
+
+def test_the_naive_check_accepts_the_reference_and_rejects_the_starting_code(clean):
+    assert _check(dp.naive, reference=dp.reference).ok
+    c = _check(_local_only, reference=dp.reference)
+    assert not c.ok and c.verdict == "wrong", c
+
+
+def test_the_lab_22_bug_is_a_collective_mismatch_caused_by_rank_3(clean):
+    c = _check(dp.skip_none, reference=dp.reference)
+    assert not c.ok and c.verdict in ("crash", "hang", "error"), c
+    assert c.result.diagnosis.kind == "collective_mismatch", c
+    assert "[4, 16]" in c.message, c.message
+    # the prediction the lab pre-fills (a wrong answer) is graded wrong; the right one is graded right
+    assert not _check(dp.skip_none, reference=dp.reference, expect="wrong").ok
+    said = _check(dp.skip_none, reference=dp.reference, expect=c.verdict, kind="collective_mismatch")
+    assert said.ok, said
+
+
+def test_forgetting_to_divide_by_the_world_size_is_a_wrong_answer(clean):
+    c = _check(_train, args=(dp.NoDivide,), reference=lambda n, wrap: dp.reference(n))
+    assert not c.ok and c.verdict == "wrong", c
+
+
+def test_the_bucket_check_accepts_the_reference_and_holds_the_overlap_rule(clean):
+    c = _check(dp.bucketed, reference=dp.reference, rules=[dp.OVERLAP])
+    assert c.ok, c
+    starting = _check(_train, args=(_SyncAfterBackward,), reference=lambda n, wrap: dp.reference(n),
+                      rules=[dp.OVERLAP])
+    assert not starting.ok and starting.verdict == "rule", starting
+    assert "started no all_reduce while backward was running" in starting.message, starting.message
+
+
+def test_a_bucket_never_waited_on_is_not_right(clean):
+    c = _check(_train, args=(dp.Unwaited,), reference=lambda n, wrap: dp.reference(n), rules=[dp.OVERLAP])
+    assert not c.ok and c.verdict in ("wrong", "contract"), c
+
+
+def test_buckets_started_out_of_order_mismatch(clean):
+    """Lab 22's exercise 3, with DETAIL as the lab runs it: without it gloo aborts in its own thread on an async call
+    already in flight, and what the sandbox can name depends on the timing."""
+    c = _check(_train, args=(dp.AsSoonAsComplete,), reference=lambda n, wrap: dp.reference(n), debug="DETAIL")
+    assert not c.ok and c.result.diagnosis.kind == "collective_mismatch", c
+    assert c.result.diagnosis.culprit_ranks == [3], c
+
+
+def test_the_timing_table_and_the_overlap_lines_read_a_real_run(clean):
+    c = _check(dp.bench)
+    assert c.ok, c
+    table = dp.timings(c.result)
+    for name, calls in (("naive", 14), ("buckets", 6), ("DDP", 6)):
+        assert any(line.split()[0] == name and line.split()[-1] == str(calls) for line in table.splitlines()), table
+    o = _check(dp.overlap)
+    assert o.ok, o
+    for r in o.result.ranks:  # every bucket's last gradient lands inside backward: each starts there
+        assert len(r.value["started"]) == 6 and all(s <= r.value["backward"] for s in r.value["started"]), r.value
+
+
+# ------------------------------------------------------------------------------------------------ lab 23
+def _plain_adam():
+    """Right values, the rule broken: an all_reduce of the whole gradient and Adam over every parameter."""
+    import torch.distributed as dist
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = sh.make_model()
+    adam = torch.optim.Adam(model.parameters(), lr=sh.LR)
+    for step in range(sh.STEPS):
+        x, y = sh.local(step, rank, world)
+        adam.zero_grad()
+        sh.loss_fn(model(x), y).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world
+        adam.step()
+    return sh.weights(model)
+
+
+class _LocalGradient(sh.GatheredLinear):
+    """Wrong: the backward keeps this rank's part of its own gradient, and never reduce-scatters it. (Forgetting
+    only the division is no wrong attempt here: Adam's step hardly changes when every gradient is 4 times larger.)"""
+
+    @staticmethod
+    def backward(ctx, gy):
+        import torch.distributed as dist
+        (x,) = ctx.saved_tensors
+        layer = ctx.layer
+        w, _ = layer.gather()
+        grad = layer.padded(torch.cat([(gy.T @ x).reshape(-1), gy.sum(0)]))
+        rank = dist.get_rank()
+        return gy @ w, grad[rank * layer.size:(rank + 1) * layer.size].clone(), None
+
+
+def test_the_zero_check_accepts_the_reference_on_3_and_4_ranks(clean):
+    for n in (4, 3):
+        c = _check(sh.zero, n=n, reference=sh.reference, rules=[sh.SCATTERS])
+        assert c.ok, (n, c)
+
+
+def test_the_lab_23_bug_unpadded_shards_fail_with_their_sizes(clean):
+    c = _check(sh.zero_unpadded, reference=sh.reference, rules=[sh.SCATTERS])
+    assert not c.ok and c.verdict in ("error", "crash", "hang"), c
+    assert "468 vs. 467" in c.message and "464 vs. 467" in c.message, c.message  # ranks 0-2, and rank 3
+
+
+def test_the_zero_check_rejects_gathering_before_stepping_and_an_unsharded_optimizer(clean):
+    c = _check(sh.gather_first, reference=sh.reference, rules=[sh.SCATTERS])
+    assert not c.ok and c.verdict == "wrong", c
+    plain = _check(_plain_adam, reference=sh.reference, rules=[sh.SCATTERS])
+    assert not plain.ok and plain.verdict == "rule", plain
+
+
+def _fsdp(function):
+    return sh.fsdp(function)
+
+
+def test_the_fsdp_check_accepts_the_reference_and_rejects_kept_parameters_and_a_local_gradient(clean):
+    assert _check(sh.fsdp, reference=sh.reference, rules=[sh.REGATHER]).ok
+    kept = _check(_fsdp, args=(sh.KeptLinear,), reference=lambda n, f: sh.reference(n), rules=[sh.REGATHER])
+    assert not kept.ok and kept.verdict == "rule", kept
+    local = _check(_fsdp, args=(_LocalGradient,), reference=lambda n, f: sh.reference(n), rules=[sh.REGATHER])
+    assert not local.ok and local.verdict == "wrong", local
+
+
+def test_memory_per_rank_is_a_quarter_for_what_is_sharded(clean):
+    c = _check(sh.measured)
+    assert c.ok, c
+    held = c.result.ranks[0].value
+    p, padded = 467 * 4, 468 * 4  # bytes of the parameters, and of the vector padded for 4 ranks
+    assert held["data parallel"] == {"parameters": p, "gradients": p, "optimizer state": 2 * p + 6 * 4}
+    assert held["ZeRO-1"] == {"parameters": padded, "gradients": padded, "optimizer state": 2 * padded // 4 + 4}
+    assert held["ZeRO-2"] == {"parameters": padded, "gradients": padded // 4, "optimizer state": 2 * padded // 4 + 4}
+    # FSDP pads each layer on its own: 144, 272 and 51 numbers make parts of 36, 68 and 13 (117 in all)
+    assert held["FSDP"] == {"parameters": 117 * 4, "gradients": 117 * 4, "optimizer state": 2 * 117 * 4 + 3 * 4}
+    assert "FSDP" in sh.memory_table(c.result) and "(0.25x)" in sh.memory_table(c.result)
