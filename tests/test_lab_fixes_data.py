@@ -11,10 +11,14 @@ accepts the catalogue's own fix and rejects the broken code and the wrong fixes 
 
 Also: sampler-set-epoch's broken variant is as documented only because its order differs from the reference (a run
 that happened to be right is rejected), and the check's answers name the cause in the user's terms.
+
+The wrong fixes the labs' exercises hold are run as the notebooks define them (`lab_function`), so an exercise
+cannot drift from what its hidden answer says.
 """
 import importlib
 
 import pytest
+from test_lab_fixes_ddp import lab_function
 
 from sandbox import lab
 from sandbox.bugs import registry, run_variant, unmet_expectations
@@ -24,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("clean")
 
 # --------------------------------------------------------------------------------------- sampler-set-epoch
 
-def _sampler_loop(set_epoch, listed_once=False):
+def _sampler_loop(set_epoch):
     import torch.distributed as dist
     from torch.utils.data import DataLoader, DistributedSampler
 
@@ -34,11 +38,10 @@ def _sampler_loop(set_epoch, listed_once=False):
     init()
     sampler = DistributedSampler(dataset(), shuffle=True, seed=SEED)
     loader = DataLoader(dataset(), batch_size=BATCH, sampler=sampler)
-    batches = list(loader) if listed_once else None  # drawn once, in epoch 0's order
     order = {}
     for epoch in range(EPOCHS):
         set_epoch(sampler, epoch)
-        order[f"epoch {epoch}"] = [int(i) for index, _ in (batches or loader) for i in index]
+        order[f"epoch {epoch}"] = [int(i) for index, _ in loader for i in index]
     dist.destroy_process_group()
     return order
 
@@ -47,15 +50,12 @@ def set_epoch_zero_every_epoch():
     return _sampler_loop(lambda sampler, epoch: sampler.set_epoch(0))
 
 
-def set_epoch_on_batches_listed_once():
-    return _sampler_loop(lambda sampler, epoch: sampler.set_epoch(epoch), listed_once=True)
-
-
 def test_sampler_lab_check():
     b = lab.Lab("sampler-set-epoch")
     right = b.check(b.module.fixed, show=False)
     assert right.ok and right.verdict == "right", right
-    for wrong in (b.module.broken, set_epoch_zero_every_epoch, set_epoch_on_batches_listed_once):
+    listed_once = lab_function("14_sampler_set_epoch", "set_epoch_on_batches_listed_once")  # the lab's exercise
+    for wrong in (b.module.broken, set_epoch_zero_every_epoch, listed_once):
         c = b.check(wrong, show=False)
         assert not c.ok and c.verdict == "wrong", (wrong.__name__, c)
         # epoch 0 is right: the first difference is in epoch 1, against the reference with set_epoch
@@ -75,32 +75,6 @@ def test_sampler_broken_is_documented_only_while_its_order_differs():
 
 # --------------------------------------------------------------------------------------- no-sync-accumulation
 
-def local_count_reduced_by_hand():
-    """Each rank keeps its own count, accumulates without DDP's sync and all_reduces the gradients itself at each
-    of its own steps: 3 steps on rank 0, 2 on rank 1, so the ranks' all_reduces still disagree."""
-    import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
-
-    from sandbox.bugs.no_sync_accumulation import TOKENS_PER_STEP, micro_batches, setup
-
-    _, model, opt = setup()
-    batches = micro_batches(dist.get_rank())
-    accum = TOKENS_PER_STEP // len(batches[0][0])
-    for i, (x, y) in enumerate(batches):
-        with model.no_sync():
-            (F.mse_loss(model(x), y) / accum).backward()
-        if (i + 1) % accum == 0:
-            for p in model.parameters():
-                dist.all_reduce(p.grad)
-                p.grad /= dist.get_world_size()
-            opt.step()
-            opt.zero_grad()
-    weights = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
-    dist.destroy_process_group()
-    return weights
-
-
 def test_no_sync_lab_check():
     b = lab.Lab("no-sync-accumulation")
     right = b.check(b.module.fixed, show=False)
@@ -109,7 +83,9 @@ def test_no_sync_lab_check():
     assert not broken.ok and broken.verdict in ("error", "crash", "hang"), broken
     assert broken.result.diagnosis.kind == "uneven_steps" and broken.result.diagnosis.culprit_ranks == [0], broken
     assert "loss.backward()" in broken.message, broken.message  # DDP's all_reduce is named at the user's line
-    wrong = b.check(local_count_reduced_by_hand, show=False)
+    # the lab's exercise: each rank keeps its own count and reduces by hand at each of its own steps (3 on rank
+    # 0, 2 on rank 1), so the ranks' all_reduces still disagree
+    wrong = b.check(lab_function("15_no_sync_accumulation", "local_count_reduced_by_hand"), show=False)
     assert not wrong.ok and wrong.verdict in ("error", "crash", "hang"), wrong
     # rank 0's fifth all_reduce (its third step) waits for rank 1, which made its last at its second step
     assert (wrong.result.diagnosis.kind, wrong.result.diagnosis.culprit_ranks) == ("missing_ranks", [1]), wrong
@@ -156,16 +132,6 @@ def result_cast_back_after_a_mixed_reduce():
     return _mixed_loop(reduce)
 
 
-def gradient_cast_but_model_left_in_bfloat16():
-    import torch.distributed as dist
-
-    def reduce(p, world):
-        g = p.grad.float()
-        dist.all_reduce(g)
-        p.grad.copy_(g / world)  # rounded back to bfloat16 on rank 1: its weights drift from the others'
-    return _mixed_loop(reduce)
-
-
 def test_mixed_dtype_lab_check():
     b = lab.Lab("mixed-dtype")
     right = b.check(b.module.fixed, show=False)
@@ -178,7 +144,8 @@ def test_mixed_dtype_lab_check():
         # the dtype per rank, and the way out, in the user's terms (sandbox/diagnose/mismatch.py)
         assert "rank 1 calls all_reduce(shape [4, 8], bfloat16)" in d.summary, d.summary
         assert "float32" in d.summary and "give every rank the same precision" in d.summary, d.summary
-    drift = b.check(gradient_cast_but_model_left_in_bfloat16, show=False)
+    # the lab's exercise: every rank reduces float32, but rank 1 keeps its bfloat16 model: its weights drift
+    drift = b.check(lab_function("19_mixed_dtype", "gradient_cast_but_model_left_in_bfloat16"), show=False)
     assert not drift.ok and drift.verdict == "wrong", drift
     assert "single-process reference" in drift.message, drift.message
 

@@ -1,60 +1,53 @@
 """The checks of labs 11-13 (the DDP bugs) tell a right fix from a wrong one: each accepts the catalogue's own fix
 (and the other fix the lab teaches, where there is one), and rejects the broken code and a wrong fix people really
 try, for its reason. Also the DDP rules these labs lean on, at unit level: the data-dependent branch that skips a
-layer, and a model with a layer more on one rank.
+layer, and a model with a layer more on one rank; and lab 10's exercise checks.
+
+Where a lab's exercise holds the wrong fix (or the starting function), the test runs the notebook's own function
+(`lab_function`), so the exercise cannot drift from what its hidden answer says.
 
 Every check starts real gloo ranks (the bug's own number), like tests/test_labs.py's labs do.
 """
 import datetime
 import os
+import re
 import textwrap
 
 import pytest
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 from sandbox import lab
 from sandbox.diagnose import framework
 
 
-def _uneven_train(no_sync_past_minimum=False):
-    """DDP over ddp-uneven-inputs' shards, without Join; with `no_sync_past_minimum` the wrong fix: the ranks agree
-    on the smallest number of batches and run the steps past it under `model.no_sync()`, hoping to keep the extra
-    batch without an all_reduce that has no partner."""
-    import contextlib
-
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from sandbox.bugs.ddp_uneven_inputs import LR, make_model, shard, weights
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    net = make_model()
-    model = DDP(net)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    mine = shard(rank, world)
-    n = torch.tensor([len(mine)])
-    dist.all_reduce(n, op=dist.ReduceOp.MIN)
-    for i, (x, y) in enumerate(mine):
-        quiet = model.no_sync() if no_sync_past_minimum and i >= int(n) else contextlib.nullcontext()
-        with quiet:
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-        opt.step()
-    out = weights(net)
-    dist.destroy_process_group()
-    return out
+CALLS = re.compile(r"^(lab|b)\.(check|run|show|predict|kinds)\(|^c = b\.check\(|^print\(")
 
 
-def _uneven_no_sync():
-    return _uneven_train(no_sync_past_minimum=True)
+def lab_function(notebook: str, name: str):
+    """The function `name` as the exercise cell of labs/<notebook>.ipynb defines it, with the imports of every code
+    cell before it: the notebook's own code, not a copy. The cell's calls (`b.check(...)`, `print(...)`) are left
+    out. Defined with no module name, so the sandbox sends it to the ranks by value, as it sends a notebook's."""
+    nbformat = pytest.importorskip("nbformat", reason="needs the optional package nbformat")
+    nb = nbformat.read(os.path.join(ROOT, "labs", notebook + ".ipynb"), as_version=4)
+    imports, found = [], None
+    for cell in nb.cells:
+        if cell.cell_type != "code" or cell.source.startswith("%"):
+            continue
+        if re.search(rf"^def {name}\(", cell.source, re.M):
+            found = cell.source
+            break
+        imports += [line for line in cell.source.splitlines() if re.match(r"(import|from) \S", line)]
+    assert found is not None, f"{notebook} defines no function {name}"
+    body = "\n".join(line for line in found.splitlines() if not CALLS.match(line))
+    space = {}  # no __name__: the function's module is None, so it is sent by value
+    exec(compile("\n".join(imports) + "\n" + body, f"<{notebook}>", "exec"), space)
+    return space[name]
 
 
 def _unused_train(how):
-    """ddp-unused-parameters' training with the forward changed `how`: "find_unused" (the forward as it is, the
-    flag on: the other right fix), "detach" (the wrong fix: run self.vision on every rank but detach its output
-    where the batch has no image, so that it still gets no gradient there), "broken"."""
+    """ddp-unused-parameters' training with the forward changed `how`: "detach" (the wrong fix: run self.vision on
+    every rank but detach its output where the batch has no image, so that it still gets no gradient there) or
+    "broken" (the forward as it is)."""
     import torch
     import torch.distributed as dist
 
@@ -70,7 +63,7 @@ def _unused_train(how):
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     model = Detached() if how == "detach" else Captioner()
-    out = train(model, torch.device("cpu"), find_unused_parameters=how == "find_unused")
+    out = train(model, torch.device("cpu"))
     dist.destroy_process_group()
     return out
 
@@ -78,7 +71,7 @@ def _unused_train(how):
 def _vocab_train(how):
     """ddp-model-differs' training with the vocabulary agreed `how`: "broadcast" (rank 0 builds it from the whole
     corpus and broadcasts it: right), "max_size" (the wrong fix: every rank keeps its own words, the model is made
-    as big as the largest vocabulary, agreed with all_reduce MAX, so DDP's check passes), "local" (the bug)."""
+    as big as the largest vocabulary, agreed with all_reduce MAX, so DDP's check passes)."""
     import torch
     import torch.distributed as dist
 
@@ -110,7 +103,8 @@ def test_lab_11_accepts_join_and_rejects_the_bug_and_no_sync_past_the_minimum(cl
     broken = b.check(b.module.broken, show=False)  # the lab's pre-filled code, as the catalogue has it
     assert not broken.ok and broken.verdict in ("error", "hang"), broken
     assert "ran more training steps" in broken.message, broken
-    drift = b.check(_uneven_no_sync, show=False)  # finishes, but rank 3's weights drift from the others'
+    # the lab's exercise: the steps past the agreed minimum under no_sync(); finishes, but the replicas drift apart
+    drift = b.check(lab_function("11_ddp_uneven_inputs", "no_sync_past_the_minimum"), show=False)
     assert not drift.ok and drift.verdict == "wrong", drift
     assert drift.message.startswith("Rank 0 returned a wrong value"), drift
 
@@ -118,8 +112,8 @@ def test_lab_11_accepts_join_and_rejects_the_bug_and_no_sync_past_the_minimum(cl
 def test_lab_12_accepts_both_fixes_and_rejects_the_bug_and_a_detached_layer(clean):
     b = lab.Lab("ddp-unused-parameters")
     assert b.check(b.module.fixed, show=False).ok
-    flag = b.check(lambda: _unused_train("find_unused"), show=False)
-    assert flag.ok, flag  # the other fix: the same averaged gradients
+    flag = b.check(lab_function("12_ddp_unused_parameters", "with_the_flag"), show=False)
+    assert flag.ok, flag  # the other fix (the lab's exercise): the same averaged gradients
     for how in ("broken", "detach"):  # a detached output reaches no parameter: the same error as the bug
         c = b.check(lambda how=how: _unused_train(how), show=False)
         assert not c.ok and c.verdict in ("error", "hang"), (how, c)
@@ -130,7 +124,7 @@ def test_lab_13_accepts_an_agreed_vocabulary_and_rejects_the_bug_and_agreeing_on
     b = lab.Lab("ddp-model-differs")
     assert b.check(b.module.fixed, show=False).ok
     assert b.check(lambda: _vocab_train("broadcast"), show=False).ok
-    broken = b.check(lambda: _vocab_train("local"), show=False)
+    broken = b.check(lab_function("13_ddp_model_differs", "broadcast_vocabulary"), show=False)  # as it comes
     assert not broken.ok and "parameter embed.weight differs: rank 3 has [9, 8]" in broken.message, broken
     sized = b.check(lambda: _vocab_train("max_size"), show=False)  # DDP's check passes; the ids differ
     assert not sized.ok and sized.verdict == "wrong", sized
@@ -187,3 +181,34 @@ def test_a_layer_more_on_one_rank_is_named_by_the_count_of_parameters(tmp_path, 
 def test_the_lab_exists_for_each_ddp_bug(slug):
     names = os.listdir(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "labs"))
     assert any(n.endswith(slug.replace("-", "_") + ".ipynb") for n in names), names
+
+
+# ------------------------------------------------------------------------------------------ lab 10's exercises
+
+def test_lab_10_a_slow_rank_fails_the_monitored_barrier_and_a_wrong_prediction_is_told(clean):
+    """Exercise 1: a rank 1 s late at a 0.5 s monitored_barrier is an error, named on rank 0; the check passes for
+    the prediction "error" and not for "hang" (the same run, judged again)."""
+    from sandbox.lab.checks import judged
+
+    c = lab.check(lab_function("10_toolbox", "slow_rank_at_the_barrier"), n=4, expect="error", show=False)
+    assert c.ok and c.verdict == "error", c
+    assert "Rank 0 raised RuntimeError: [Rank 0]: Ranks 2 failed to pass monitoredBarrier in 500 ms" in c.message, c
+    wrong = judged(c.result, None, expect="hang", kind=None, culprits=None, rules=(), lenient=False, rtol=None,
+                   atol=None)
+    assert not wrong.ok and wrong.message.startswith("You asked for a hang, but it fails"), wrong
+
+
+def test_lab_10_the_same_shape_twice_is_named_at_the_second_call(clean):
+    """Exercise 2: rank 2 skips the first of two all_reduces of one shape: the first pairs with its second, and the
+    mismatch is named at call #2 (the broadcast): a hang, collective_mismatch. A prediction of another kind or of
+    a run that finishes is not accepted."""
+    from sandbox.lab.checks import judged
+
+    c = lab.check(lab_function("10_toolbox", "rank_2_skips_the_first"), n=4, expect="hang",
+                  kind="collective_mismatch", show=False)
+    assert c.ok and c.result.diagnosis.kind == "collective_mismatch", c
+    assert "#2" in c.result.diagnosis.summary, c.result.diagnosis.summary
+    for expect, kind in (("hang", "missing_ranks"), ("right", None)):
+        wrong = judged(c.result, None, expect=expect, kind=kind, culprits=None, rules=(), lenient=False, rtol=None,
+                       atol=None)
+        assert not wrong.ok, (expect, kind, wrong)

@@ -12,6 +12,9 @@ really try:
 Also the rules behind those labs' diagnoses, on hand-built tracks (no ranks started): a rank busy in its own code
 while its peers time out at a collective is named as the cause (`busy_at_timeout`), and a collective mismatch in
 FSDP's own calls is said in FSDP's terms (`fsdp_words`).
+
+The wrong fixes are run as the labs' exercises define them (`lab_function`), so an exercise cannot drift from what
+its hidden answer says.
 """
 import importlib.util
 import os
@@ -24,92 +27,27 @@ from sandbox.diagnose.hang import busy_at_timeout, user_frames
 from sandbox.diagnose.sharding import fsdp_words
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
+from test_lab_fixes_ddp import lab_function
 
 
 # ----------------------------------------------------------------------------------------------- wrong fixes
-
-def _fsdp_rounded_threshold():
-    """The wrong fix: the per-node threshold, rounded to the nearest hundred, still read per rank."""
-    import datetime
-
-    import torch.distributed as dist
-
-    from sandbox.bugs.fsdp_wrap_differs import DEFAULT_SETTINGS, NODE_SETTINGS, make_model, shard_big_blocks, train
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    model = make_model()
-    settings = NODE_SETTINGS.get(dist.get_rank(), DEFAULT_SETTINGS)
-    shard_big_blocks(model, round(settings["fsdp_min_params"], -2))
-    out = train(model, "cpu")
-    dist.destroy_process_group()
-    return out
+# each lab's exercise that holds a wrong fix: (notebook, function)
+WRONG = {
+    # the per-node threshold rounded to the nearest hundred: 100 and 200 stay apart
+    "fsdp-wrap-differs": ("16_fsdp_wrap_differs", "rounded_threshold"),
+    # the counts exchanged with all_gather (the receivers learn the right ones), the send splits still stale
+    "moe-all-to-all-splits": ("17_moe_all_to_all_splits", "counts_all_gathered_stale_send"),
+    # a long timeout on rank 0 only, the rank that saves: the ranks that wait keep the short one
+    "checkpoint-timeout": ("18_checkpoint_timeout", "long_timeout_on_rank_0_only"),
+}
 
 
-def _moe_counts_all_gathered_stale_send():
-    """The wrong fix: every rank learns every rank's final counts with all_gather, but the send splits are still
-    the counts from before the capacity step."""
-    import datetime
-
-    import torch
-    import torch.distributed as dist
-
-    from sandbox.bugs.moe_all_to_all_splits import apply_capacity, batch, expert_fn, route
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    x = batch(rank, world)
-    expert = route(x, world)
-    counts = torch.bincount(expert, minlength=world)
-    expert = apply_capacity(x, expert, world)
-    final = torch.bincount(expert, minlength=world)
-    everyone = [torch.empty(world, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(everyone, final)
-    recv_splits = [int(everyone[src][rank]) for src in range(world)]  # right: what each source will send here
-    send_splits = counts.tolist()  # still stale
-    order = expert.argsort(stable=True)
-    send = x[order]
-    recv = torch.empty(sum(recv_splits), x.shape[1])
-    dist.all_to_all_single(recv, send, output_split_sizes=recv_splits, input_split_sizes=send_splits)
-    back = torch.empty_like(send)
-    dist.all_to_all_single(back, expert_fn(rank, recv), output_split_sizes=send_splits, input_split_sizes=recv_splits)
-    out = torch.empty_like(back)
-    out[order] = back
-    dist.destroy_process_group()
-    return out.tolist()
-
-
-def _checkpoint_timeout_on_rank0_only():
-    """The wrong fix: the saving rank gets a long timeout; the ranks that wait keep the short one."""
-    import datetime
-    import os
-    import shutil
-
-    import torch.distributed as dist
-
-    from sandbox.bugs.checkpoint_timeout import (PG_TIMEOUT_S, SAVE_TIMEOUT, checkpoint_dir, make_model, resume,
-                                                 slow_save, train_step)
-    rank = int(os.environ["RANK"])
-    timeout = SAVE_TIMEOUT if rank == 0 else datetime.timedelta(seconds=PG_TIMEOUT_S)
-    dist.init_process_group("gloo", timeout=timeout)
-    model = make_model()
-    train_step(model, "cpu")
-    d = checkpoint_dir("cpu")
-    path = os.path.join(d, "model.pt")
-    if rank == 0:
-        slow_save(model.state_dict(), path)
-    dist.barrier()
-    out = resume(path)
-    dist.barrier()
-    if rank == 0:
-        shutil.rmtree(d)
-    dist.destroy_process_group()
-    return out
-
-
-@pytest.mark.parametrize("slug, wrong, verdicts", [
-    ("fsdp-wrap-differs", _fsdp_rounded_threshold, ("crash", "hang")),
-    ("moe-all-to-all-splits", _moe_counts_all_gathered_stale_send, ("crash", "hang", "error")),
-    ("checkpoint-timeout", _checkpoint_timeout_on_rank0_only, ("error",)),
+@pytest.mark.parametrize("slug, verdicts", [
+    ("fsdp-wrap-differs", ("crash", "hang")),
+    ("moe-all-to-all-splits", ("crash", "hang", "error")),
+    ("checkpoint-timeout", ("error",)),
 ])
-def test_the_check_accepts_the_reference_and_rejects_the_broken_code_and_a_wrong_fix(slug, wrong, verdicts, clean):
+def test_the_check_accepts_the_reference_and_rejects_the_broken_code_and_a_wrong_fix(slug, verdicts, clean):
     from sandbox import lab
 
     b = lab.Lab(slug)
@@ -120,7 +58,7 @@ def test_the_check_accepts_the_reference_and_rejects_the_broken_code_and_a_wrong
     assert not broken.ok and broken.verdict in verdicts, broken
     assert f"[{b.bug.broken.kind}]" in broken.result.headline(), broken.result.headline()
     assert broken.result.diagnosis.culprit_ranks == b.bug.broken.culprits, broken.result.diagnosis.summary
-    tried = b.check(wrong, show=False)
+    tried = b.check(lab_function(*WRONG[slug]), show=False)
     assert not tried.ok and tried.verdict in verdicts, tried
     assert tried.result.diagnosis.kind == b.bug.broken.kind, tried.result.diagnosis.summary
 
