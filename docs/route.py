@@ -63,7 +63,7 @@ ROUTE: tuple[Part, ...] = (
         Step("12_ddp_unused_parameters", 20, "Keep DDP's gradient all_reduce the same on every rank when a "
                                              "forward skips a block."),
         Step("13_ddp_model_differs", 15, "Build the same model on every rank from per-rank data."),
-        Step("14_sampler_set_epoch", 15, "Notice a run that finishes with the wrong data order, and fix it."),
+        Step("14_sampler_set_epoch", 15, "Tell whether a run that finishes did what you meant, against one process."),
         Step("15_no_sync_accumulation", 20, "Accumulate gradients with no_sync() on the same steps everywhere."),
         Step("16_fsdp_wrap_differs", 20, "Apply FSDP's wrapping identically on every rank."),
         Step("17_moe_all_to_all_splits", 20, "Route MoE tokens with all_to_all splits that agree pairwise."),

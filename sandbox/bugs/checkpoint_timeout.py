@@ -124,7 +124,7 @@ def broken():
     path = os.path.join(d, "model.pt")
     if dist.get_rank() == 0:
         slow_save(model.state_dict(), path)  # BUG: longer than the group's timeout, while the others wait below
-    dist.barrier()  # the other ranks time out here, PG_TIMEOUT_S after they arrive
+    dist.barrier()  # BUG: the other ranks time out here, PG_TIMEOUT_S after they arrive
     out = resume(path)
     dist.barrier()
     if dist.get_rank() == 0:

@@ -101,7 +101,7 @@ def expert_fn(e, rows):
     return rows @ w
 
 
-def moe_layer(stale_splits):
+def moe_layer(variant):
     device = init()  # gloo on CPU; NCCL with --gpu
     rank, world = dist.get_rank(), dist.get_world_size()
     x = batch(rank, world)
@@ -113,7 +113,7 @@ def moe_layer(stale_splits):
     send = x[order].to(device)
     got = torch.empty(world, dtype=torch.int64, device=device)
     dist.all_to_all_single(got, final.to(device))  # the count exchange: what each rank will receive from each
-    send_splits = (counts if stale_splits else final).tolist()  # BUG: counts from before the capacity step
+    send_splits = (counts if variant == "broken" else final).tolist()  # BUG: counts from before the capacity step
     recv_splits = got.tolist()
     recv = torch.empty(sum(recv_splits), DIM, device=device)
     dist.all_to_all_single(recv, send, output_split_sizes=recv_splits, input_split_sizes=send_splits)
@@ -127,11 +127,11 @@ def moe_layer(stale_splits):
 
 
 def broken():
-    return moe_layer(stale_splits=True)
+    return moe_layer("broken")
 
 
 def fixed():
-    return moe_layer(stale_splits=False)
+    return moe_layer("fixed")
 
 
 def reference(world_size):
