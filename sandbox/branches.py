@@ -2,10 +2,14 @@
 `is_main_process()`, `if dist.get_rank() != 0`, and the like) is the usual way for ranks to disagree about the
 calls they make. Given the frames that led to a call, from a hung rank's stack or a call's own site, this finds the
 innermost enclosing `if` whose test reads the rank, by parsing the source files (no torch, no imports of them).
+The source of a user's file is read and parsed here once for every rule that reads it: an `if` using a layer
+(`branch_using`, the rank-dependent one or any), whether a function uses something (`function_uses`), and the
+data-dependent `if` (`sandbox.diagnose.origins`, built on `parsed_source`).
 """
 from __future__ import annotations
 
 import ast
+import linecache
 import re
 
 from sandbox import _paths
@@ -51,10 +55,15 @@ def parsed_source(path: str):
 def _tree(path: str):
     if path not in _trees:
         try:
-            with open(path, encoding="utf-8") as f:
-                src = f.read()
+            try:
+                with open(path, encoding="utf-8") as f:
+                    src = f.read()
+            except OSError:  # a notebook cell has no file, but IPython keeps its source in this process's linecache
+                src = "".join(linecache.getlines(path))
+                if not src:
+                    raise
             _trees[path] = (ast.parse(src, path), src)
-        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):  # not Python we can read: no branch from it
             _trees[path] = None
     return _trees[path]
 
@@ -106,25 +115,39 @@ def source_line(site: str | None) -> str | None:
     return lines[n - 1].split("#")[0].strip() or None if 0 < n <= len(lines) else None
 
 
-def rank_branch_using(paths: list[str], attrs: list[str]) -> dict | None:
-    """A rank-dependent `if` in these files whose body (or else) uses one of these attributes (`self.extra`):
-    {"test", "site", "attrs"}, the first found; None if there is none. How a forward that skips a layer on some
-    ranks is found from the names of the parameters that got no gradient."""
+def branch_using(paths: list[str], attrs: list[str], *, rank_dependent: bool = True) -> dict | None:
+    """An `if` in these files whose body (or else) uses one of these attributes (`self.extra`): {"test", "site",
+    "attrs"}, the first in file order; None if there is none. How a forward that skips a layer on some ranks is
+    found from the names of the parameters that got no gradient. rank_dependent=True: only an `if` whose test reads
+    the rank; False: any (`if image is not None:` before `self.vision(image)`, a branch on the data)."""
     want = set(attrs)
     for shown in paths:
         path = _paths.resolve(shown)
         parsed = _tree(path)
-        if parsed is None:
+        if parsed is None:  # a site we cannot read (a notebook cell, a deleted file): no branch there
             continue
         tree, src = parsed
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.If):
-                continue
+        for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.If)), key=lambda n: n.lineno):
             test = ast.get_source_segment(src, node.test) or ""
-            if not RANKISH.search(test):
+            if rank_dependent and not RANKISH.search(test):
                 continue
             used = sorted({a.attr for part in node.body + node.orelse for a in ast.walk(part)
                            if isinstance(a, ast.Attribute) and a.attr in want})
             if used:
                 return {"test": " ".join(test.split()), "site": f"{shown_path(path)}:{node.lineno}", "attrs": used}
     return None
+
+
+def function_uses(site: str | None, text: str) -> bool:
+    """Does the innermost function holding this site (the whole file outside any) contain this text
+    (".no_sync(": the user's training loop accumulates gradients)? False when the file cannot be read."""
+    frames = site_frame(site)
+    parsed = _tree(frames[0][0]) if frames else None
+    if parsed is None:  # no file to read (a notebook cell, a trace from elsewhere): nothing to say it does
+        return False
+    tree, src = parsed
+    line = frames[0][1]
+    holding = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    inner = max(holding, key=lambda n: n.lineno, default=None)
+    return text in ((ast.get_source_segment(src, inner) if inner is not None else src) or "")

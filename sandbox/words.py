@@ -41,6 +41,11 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def a(noun: str) -> str:
+    """'an all_reduce', 'a broadcast'."""
+    return f"{'an' if noun[:1].lower() in tuple('aeiou') else 'a'} {noun}"
+
+
 def call(p: dict) -> str:
     """A pending call in words: 'all_reduce #3 of group [0, 1] shape [4] float32', 'send to rank 1'."""
     coll = is_collective(p)

@@ -9,10 +9,10 @@ the Flight Recorder lens, `sandbox.flight`) and what its constructor and reducer
 """
 from __future__ import annotations
 
-import ast
+import functools
 import re
 
-from sandbox import _paths, branches, calls, words
+from sandbox import branches, calls, words
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
 
@@ -68,7 +68,7 @@ def uneven_steps(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnos
     p = stuck[r]
     size = p.get("shapes")[0] if p.get("shapes") else None
     told = "; ".join(f"{words.ranks(rs)} made {c}" for c, rs in sorted(by_count.items()))
-    if _uses_no_sync(p.get("site")):
+    if branches.function_uses(p.get("site"), ".no_sync("):  # the loop accumulates gradients
         cause = (f"{words.ranks(odd).capitalize()} left DDP's no_sync() {'more' if more else 'less'} often than"
                  f" {words.ranks(rest)}: the backward outside no_sync() ({_backward_where(p)}) made a different"
                  f" number of gradient all_reduces on each ({told}), so the ranks synchronised on different"
@@ -106,21 +106,6 @@ def _elsewhere(tracks: dict[int, RankTrack], rs: list[int]) -> str:
         at.setdefault(words.where(tracks[r]), []).append(r)
     return (": " + "; ".join(f"{words.ranks(qs)} {'is' if len(qs) == 1 else 'are'} {w}" for w, qs in at.items())
             if at else "")
-
-
-def _uses_no_sync(site: str | None) -> bool:
-    """Does the function of this call (the user's training loop) use DDP's no_sync() (gradient accumulation)?"""
-    frames = branches.site_frame(site)
-    parsed = branches.parsed_source(frames[0][0]) if frames else None
-    if parsed is None:  # no file to read (a notebook cell, a trace from elsewhere): the general words
-        return False
-    tree, src = parsed
-    line = frames[0][1]
-    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-             and n.lineno <= line <= (n.end_lineno or n.lineno)]
-    inner = max(loops, key=lambda n: n.lineno, default=None)  # the innermost function holding the line
-    text = ast.get_source_segment(src, inner) if inner is not None else src
-    return ".no_sync(" in (text or "")
 
 
 def _queued(t: RankTrack) -> bool:
@@ -169,7 +154,8 @@ def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
     attrs = sorted({n.split(".")[0] for n in unused})
     files = sorted({ev["site"].rpartition(":")[0] for t in tracks.values() for ev in t.events + t.ddp
                     if isinstance(ev.get("site"), str) and ":" in ev["site"]})
-    branch = (branches.rank_branch_using(files, attrs) or _branch_using(files, attrs)) if attrs else None
+    branch = (branches.branch_using(files, attrs) or branches.branch_using(files, attrs, rank_dependent=False)
+              if attrs else None)
     e = raised[first]
     named = (f"Parameter{'s' if len(unused) > 1 else ''} {words.listed(unused)}" if unused else "Some parameters")
     cause = (f"{named} got no gradient on {words.ranks(sorted(raised))}"
@@ -199,26 +185,8 @@ def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
                               **({"branch": {k: branch[k] for k in ("test", "site")}} if branch else {})})
 
 
-def _branch_using(paths: list[str], attrs: list[str]) -> dict | None:
-    """Any `if` in these files whose body (or else) uses one of these attributes, rank-dependent or not (`if image
-    is not None:` before `self.vision(image)`): {"test", "site", "attrs"}, the first in file order; None if none.
-    The rank-dependent one, where there is one, is branches.rank_branch_using's."""
-    want = set(attrs)
-    for shown in paths:
-        path = _paths.resolve(shown)
-        try:
-            with open(path, encoding="utf-8") as f:
-                src = f.read()
-            tree = ast.parse(src, path)
-        except (OSError, SyntaxError, ValueError):  # a site we cannot read (a notebook cell, a deleted file): no branch
-            continue
-        for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.If)), key=lambda n: n.lineno):
-            used = sorted({a.attr for part in node.body + node.orelse for a in ast.walk(part)
-                           if isinstance(a, ast.Attribute) and a.attr in want})
-            if used:
-                test = " ".join((ast.get_source_segment(src, node.test) or "").split())
-                return {"test": test, "site": f"{words.shown_path(path)}:{node.lineno}", "attrs": used}
-    return None
+# any `if` using these attributes, rank-dependent or not: the name tests/test_lab_fixes_ddp.py holds the rule to
+_branch_using = functools.partial(branches.branch_using, rank_dependent=False)
 
 
 def model_differs(tracks: dict[int, RankTrack]) -> Diagnosis | None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
-from sandbox import _paths, words
+from sandbox import _paths, branches, words
 from sandbox.calls import is_collective, op_of, p2p_direction
-from sandbox.diagnose import framework
+from sandbox.diagnose import framework, origins
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
 from sandbox.diagnose.sharding import fsdp_words
@@ -80,13 +80,36 @@ def missing(tracks, pend) -> Diagnosis | None:
         p, op, members, same, absent = max(found, key=lambda f: len(f[3]))  # max() keeps the first of a tie
         elsewhere = {str(m): words.where(tracks[m]) if m in tracks else "never started" for m in absent}
         detail = "; ".join(f"rank {m} is {w}" for m, w in elsewhere.items())
+        b = _data_branch(tracks, same, absent, p)
+        because = (f" {words.ranks(same).capitalize()} reached it {branches.through(b)}{origins.because(b)}."
+                   f" {origins.ADVICE}" if b else "")
         return Diagnosis(kind="missing_ranks",
                          cause=f"{words.ranks(same).capitalize()} {'waits' if len(same) == 1 else 'wait'} in {words.call(p)} at"
                          f" {p.get('site')}, but {words.ranks(absent)} never"
-                         f" {'arrives' if len(absent) == 1 else 'arrive'}: {detail}.",
+                         f" {'arrives' if len(absent) == 1 else 'arrive'}: {detail}.{because}",
                          culprit_ranks=absent, op=op, group=members, seq=p.get("seq"), site=p.get("site"),
-                         details={"waiting": same, "elsewhere": elsewhere})
+                         details={"waiting": same, "elsewhere": elsewhere, **({"branch": b} if b else {})})
     return None
+
+
+def _frames(t: RankTrack | None, p: dict | None) -> list[tuple[str, int]]:
+    """The user's frames that led a rank to its call: from its stack, else the call's own site."""
+    return branches.stack_frames(t.stack if t is not None else None) or branches.site_frame((p or {}).get("site"))
+
+
+def _data_branch(tracks, same: list[int], absent: list[int], p: dict) -> dict | None:
+    """The data-dependent `if` (origins.data_branch) the waiting ranks reached their call through, when every rank
+    that never arrives ran and is not waiting under that same `if` (so it went the other way). None under a
+    rank-dependent `if`: the words for that one are the mismatch rule's, not said here."""
+    frames = _frames(tracks.get(same[0]), p)
+    b = None if branches.rank_branch(frames) else origins.data_branch(frames)
+    if b is None or any(m not in tracks or not tracks[m].events for m in absent):
+        return None  # a rank that never ran (or made no call) did not take the branch's other way: it never got there
+    for m in absent:
+        q = tracks[m].pending
+        if q is not None and (origins.data_branch(_frames(tracks[m], q)) or {}).get("site") == b["site"]:
+            return None
+    return b
 
 
 def lost_peer(t: RankTrack) -> bool:

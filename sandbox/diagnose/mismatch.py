@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sandbox import branches, calls, words
 from sandbox.calls import is_collective, op_of
+from sandbox.diagnose import origins
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
 
@@ -119,12 +120,20 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
         return Diagnosis(kind="collective_mismatch",
                          cause=f"Collective mismatch at call #{seq} of group {ex.get('group')}: " + "; ".join(parts) +
                          f". {_rule(what)}"
-                         + (f" {branch['words']}" if branch else "") + wrong,
+                         + (f" {branch['words']}" if branch else "") + wrong
+                         + (f" {origins.ADVICE}" if branch and "reads" in branch else ""),
                          culprit_ranks=culprits, op=op_of(ex), group=ex.get("group"), seq=seq, site=ex.get("site"),
                          details={"calls": {str(r): words.call(p) for r, p in sorted(members.items())},
                                   "differs_in": what, **({"wrong_data": done} if wrong else {}),
                                   **({"branch": {k: v for k, v in branch.items() if k != "words"}} if branch else {})})
     return None
+
+
+def _previous_site(t: RankTrack | None, p: dict) -> str | None:
+    """The site of the call this rank made just before this one (any group), or None."""
+    before = [ev.get("site") for ev in (t.events if t is not None else []) if ev.get("ev") == "enter"
+              and ev.get("site") and ev.get("t", 0) < p.get("t", 0)]
+    return before[-1] if before else None
 
 
 def _rule(what: list[str]) -> str:
@@ -141,13 +150,20 @@ def _rule(what: list[str]) -> str:
 
 
 def rank_branch_of(camps: list[list[int]], members: dict[int, dict], tracks: dict[int, RankTrack]) -> dict | None:
-    """Ranks that disagree at one call, one camp of them having got there through a rank-dependent `if` (read
-    from a hung rank's stack, else from the call's site): that branch, and a sentence saying so."""
-    def branch(r):
+    """Ranks that disagree at one call, one camp of them having got there through an `if` that differs by rank
+    (read from a hung rank's stack, else from the call's site): on the rank itself (`if rank == 0:`), else on a
+    value the rank read from its own data (`if sent_tokens == 0:`, origins.data_branch); or having left a loop the
+    others are still in through an `if` on such a value (`if done: break`, origins.data_break): that branch, and a
+    sentence saying so."""
+    def frames(r):
         t = tracks.get(r)
-        frames = (branches.stack_frames(t.stack if t is not None else None)
-                  or branches.site_frame(members[r].get("site")))
-        return branches.rank_branch(frames)
+        return (branches.stack_frames(t.stack if t is not None else None)
+                or branches.site_frame(members[r].get("site")))
+
+    def branch(r):
+        here = frames(r)
+        return (branches.rank_branch(here) or origins.data_branch(here)
+                or origins.data_break(here, branches.site_frame(_previous_site(tracks.get(r), members[r]))))
 
     found = {tuple(rs): branch(rs[0]) for rs in camps}
     for rs in sorted(camps, key=len):  # the fewest first: usually the ones that took the branch
@@ -155,11 +171,26 @@ def rank_branch_of(camps: list[list[int]], members: dict[int, dict], tracks: dic
         if b is None:
             continue
         others = sorted(set(members) - set(rs))
+        if b["taken"] == "break":  # said only where every other rank is still in that loop
+            path, first, last = b.pop("loop")
+            if not all((f := frames(o)) and f[0][0] == path and first <= f[0][1] <= last for o in others):
+                continue
+            p = members[rs[0]]
+            b["ranks"] = sorted(rs)
+            b["words"] = (f"{words.ranks(rs).capitalize()} reached {words.signature(p)} at {p.get('site')} after"
+                          f" leaving the loop at `if {b['test']}:` at {b['site']}{origins.because(b)};"
+                          f" {words.ranks(others)} {'is' if len(others) == 1 else 'are'} still in it.")
+            return b
         other = next((o for k, o in found.items() if k != tuple(rs) and o and o["site"] == b["site"]), None)
         rest = "took its else" if other and other["taken"] != b["taken"] and b["taken"] == "if" else "skipped it"
         p = members[rs[0]]
         b["ranks"] = sorted(rs)
         b["words"] = (f"{words.ranks(rs).capitalize()} reached {words.signature(p)} at {p.get('site')} "
-                      f"{branches.through(b)}; {words.ranks(others)} {rest}.")
+                      f"{branches.through(b)}")
+        if "reads" not in b:  # on the rank: the wording every rank-dependent branch has had
+            b["words"] += f"; {words.ranks(others)} {rest}."
+        else:
+            b["words"] += (f"{origins.because(b)}; {words.ranks(others)} {rest}, so {words.ranks(rs)}"
+                           f" made {words.a(op_of(p))} that {words.ranks(others)} did not.")
         return b
     return None
