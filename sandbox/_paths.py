@@ -69,15 +69,28 @@ def name_dynamic_code(shown: str | None) -> None:
     _dynamic_code_is[0] = shown
 
 
+_cells: dict[str, str] = {}  # "Cell In[7]" -> the file name IPython compiled that cell under (its linecache key)
+
+
 def code_file(fn) -> str | None:
-    """In the parent: where a function sent by value was written, as `name_dynamic_code` takes it: "<cell>" for code
-    typed into IPython or Jupyter (its file is a temporary name no reader knows), else its shown path."""
+    """In the parent: where a function sent by value was written, as `name_dynamic_code` takes it: for code typed
+    into IPython or Jupyter, the cell as IPython's own tracebacks name it ("Cell In[7]"; its file is a temporary
+    name no reader knows, and `resolve` maps it back so its source can be read), else the file's shown path."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return None
     name = code.co_filename
     if name.startswith("<ipython-input") or re.search(r"ipykernel_\d+[/\\]\d+\.py$", name):
-        return "<cell>"
+        label = "<cell>"
+        try:
+            from IPython import get_ipython
+            number = getattr(getattr(get_ipython(), "compile", None), "_filename_map", {}).get(name)
+        except ImportError:  # not in IPython after all: the plain label
+            number = None
+        if number is not None:
+            label = f"Cell In[{number}]"
+        _cells[label] = name
+        return label
     return None if name.startswith("<") else shown_path(name)
 
 
@@ -87,6 +100,9 @@ def shown_path(path: str) -> str:
     directory when it is below it; else as it is."""
     if path == DYNAMIC_CODE and _dynamic_code_is[0]:
         return _dynamic_code_is[0]
+    for label, name in _cells.items():  # a notebook cell's file, read back for its source: shown as its label
+        if name == path:
+            return label
     if not os.path.isabs(path):
         return path
     here = os.path.normpath(path)
@@ -100,7 +116,10 @@ def shown_path(path: str) -> str:
 
 
 def resolve(shown: str) -> str:
-    """The file a shown path names: the inverse of `shown_path` (the project's, else below the working directory)."""
+    """The file a shown path names: the inverse of `shown_path` (the project's, else below the working directory;
+    a notebook cell's label, the name IPython keeps its source under)."""
+    if shown in _cells:
+        return _cells[shown]
     if os.path.isabs(shown):
         return shown
     mine = os.path.join(PROJECT, shown)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import ROOT
+from conftest import ROOT, run_in_kernel
 
 from sandbox import bugs, lab
 from sandbox.result import Diagnosis, RankResult, RunResult
@@ -381,3 +381,35 @@ def test_the_api_in_a_notebook(tmp_path):
     check = shown(4)
     assert len(check) == 1 and "\u2714 Hangs" in check[0] and "It shows a hang (p2p_cycle), as asked." in check[0]
     assert leftovers() == []
+
+
+def test_in_a_notebook_a_check_names_the_cell_and_the_data_dependent_if():
+    """A learner's function typed into a cell: its sites read as IPython's own tracebacks name the cell ("Cell
+    In[N]"), and the diagnosis reads the cell's source, so the `if` on data behind a mismatch is named there too."""
+    code = '''
+from sandbox import lab
+from sandbox.bugs.aux_data import embedding_side, BLOCKS, TP, SUCCESS
+
+def guarded():
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    tp = dist.get_rank()
+    sent_tokens, total = (int(v) for v in embedding_side()[tp * (BLOCKS // TP)])
+    if sent_tokens == 0:
+        meta = torch.tensor([sent_tokens, total])
+        dist.all_reduce(meta, op=dist.ReduceOp.MAX)
+    status = torch.tensor([SUCCESS])
+    dist.all_reduce(status, op=dist.ReduceOp.MIN)
+    dist.destroy_process_group()
+    return {"sent_tokens": sent_tokens}
+
+c = lab.Lab("aux-data").check(guarded, show=False)
+print("VERDICT", c.verdict)
+print("SUMMARY", c.result.diagnosis.summary)
+'''
+    out = run_in_kernel(code, timeout=180)
+    assert "<dynamic-code>" not in out, out
+    assert re.search(r"Cell In\[\d+\]:\d+", out), out
+    assert re.search(r"through `if sent_tokens == 0:` at Cell In\[\d+\]:\d+, whose condition reads sent_tokens", out), out
+    assert "ipykernel" not in out, out
