@@ -160,3 +160,27 @@ def test_a_plain_all_gather_is_not_called_fsdp():
     t0, t1 = RankTrack(0), _failed(1, 'File "/job/train.py", line 3, in main')
     d = _mismatch("all_gather_single")
     assert fsdp_words(d, {0: t0, 1: t1}) == d
+
+
+def _crashed_inside(rank, device):
+    """A rank that died inside an asynchronous all_reduce's wait (no error record: the process was aborted)."""
+    t = _hello(rank)
+    t.feed({"ev": "enter", "rank": rank, "id": 2, "t": 1.0, "site": "train.py:70", "op": "all_reduce", "gname": "0",
+            "group": [0, 1, 2], "seq": 2, "shapes": [[68]], "dtypes": ["float32"], "devices": [device],
+            "async": True})
+    t.feed({"ev": "exit", "rank": rank, "id": 2, "t": 1.01, "op": "all_reduce"})
+    t.feed({"ev": "enter", "rank": rank, "id": 3, "t": 1.02, "site": "train.py:71", "op": "wait", "of": "all_reduce",
+            "of_id": 2, "gname": "0", "group": [0, 1, 2], "seq": 2, "shapes": [[68]], "dtypes": ["float32"]})
+    t.exit_t = 3.0
+    return t
+
+
+@pytest.mark.parametrize("device, straggler", [("cuda:2", True), ("cpu", False)])
+def test_a_crash_inside_a_collective_is_a_timeout_only_on_nccl(device, straggler):
+    """NCCL's watchdog aborts a process whose collective timed out, so a crash inside one, with a peer busy in its
+    own code, is that peer's slowness. Gloo aborts at once on a mismatch (a bucket of another size): no timeout,
+    and no straggler to blame (a real run was told 'the process was aborted: NCCL's watchdog' on gloo)."""
+    tracks = {0: _hello(0), 1: _hello(1), 2: _crashed_inside(2, device)}
+    tracks[0].stack = STACK
+    d = busy_at_timeout(tracks, {0: "stopped", 1: "stopped", 2: "crashed"})
+    assert (d is not None and d.kind == "straggler") == straggler, d

@@ -199,12 +199,19 @@ def _timed_out_at(t: RankTrack, crashed: bool) -> tuple[dict, float] | None:
     call = t.pending if crashed else t.failed_call
     if call is None or not is_collective(call):
         return None
-    if crashed:
-        return (call, t.exit_t) if t.exit_t is not None else None
+    if crashed:  # only NCCL's watchdog ends a process at the timeout; gloo aborts (SIGABRT) on a mismatch at once
+        return (call, t.exit_t) if t.exit_t is not None and _on_a_gpu(t, call) else None
     if not PG_TIMED_OUT.search((t.error or {}).get("message", "")):
         return None
     end = next((ev for ev in reversed(t.events) if ev.get("ev") == "exit" and ev.get("id") == call.get("id")), None)
     return call, (end or {}).get("t", call.get("t", 0.0))
+
+
+def _on_a_gpu(t: RankTrack, call: dict) -> bool:
+    """Did the call (or, for a wait, the asynchronous call it waits on) run on a GPU's tensors (NCCL)?"""
+    if call.get("op") == "wait":
+        call = next((ev for ev in t.events if ev.get("ev") == "enter" and ev.get("id") == call.get("of_id")), call)
+    return any(str(d).startswith("cuda") for d in call.get("devices") or ())
 
 
 def _in_a_call_at(t: RankTrack, when: float) -> bool:
