@@ -239,12 +239,18 @@ _PLAIN = frozenset({"all_reduce", "broadcast", "barrier", "reduce", "all_gather"
                     "all_to_all"})
 
 
+# plain calls a backend makes of another one: gloo runs a reduce_scatter of uneven parts as one all_reduce per part
+_MADE_OF = frozenset({("reduce_scatter", "all_reduce")})
+
+
 def _within_traced(c: dict, traced: list[tuple[str, float, float, str]]) -> bool:
-    """Was this entry made while one of the tracer's collectives on its group ran (so it is that call)? A plain op
-    of another name is not (under Join, DDP's broadcast of the model came inside the window of a Python all_reduce
-    on a loaded machine, and the calls of the group were then numbered wrong)."""
+    """Was this entry made while one of the tracer's collectives on its group ran (so it is that call, or a part of
+    it)? A plain op of another name is not, unless the backend makes the one of the other (under Join, DDP's
+    broadcast of the model came inside the window of a Python all_reduce on a loaded machine, and the calls of the
+    group were then numbered wrong)."""
     return any(g == c["gname"] and a - 1e-4 <= c["t"] <= b + 1e-4
-               and (op == c["op"] or op not in _PLAIN or c["op"] not in _PLAIN) for g, a, b, op in traced)
+               and (op == c["op"] or op not in _PLAIN or c["op"] not in _PLAIN or (op, c["op"]) in _MADE_OF)
+               for g, a, b, op in traced)
 
 
 def _merged_events(t: RankTrack, cs: list[dict], renumber: set[str], members: dict[str, list[int]],

@@ -319,3 +319,18 @@ def test_branch_using_finds_the_rank_dependent_if_or_any(tmp_path):
     assert got["site"].endswith("model.py:5"), got
     assert branches.function_uses(f"{src}:6", "self.extra(") and not branches.function_uses(f"{src}:6", "no_sync(")
     assert not branches.function_uses(f"{tmp_path / 'missing.py'}:3", "x")
+
+
+def test_a_branch_on_a_value_computed_from_the_rank_is_not_told_to_sync_it(clean):
+    """No sync makes a rank-derived value equal: its advice is to take the collective out of the branch."""
+    from sandbox import launch
+
+    def skip_on_zero():
+        import torch.distributed as dist
+        r, n = dist.get_rank(), dist.get_world_size()
+        if r != 0:
+            dist.barrier()
+
+    d = launch(skip_on_zero, world_size=3, init=True).diagnosis
+    assert "(it was computed from the rank)" in d.summary, d.summary
+    assert origins.RANK_ADVICE in d.summary and origins.ADVICE not in d.summary, d.summary

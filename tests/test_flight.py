@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, leftovers, run_cli
 from sandbox import flight, flight_offline, policy
 from sandbox.events import load_dir
-from sandbox.launcher import run_script
+from sandbox.launcher import launch, run_script
 
 FW = os.path.join(ROOT, "examples", "framework")
 RUN_TIMEOUT_S = 180  # the whole run's limit: these runs take seconds; the machine may be loaded
@@ -328,3 +328,29 @@ def test_diagnose_reads_dumps_under_another_prefix_and_says_a_correct_job_is_ok(
     assert (j["verdict"], j["world_size"], j["diagnosis"]["kind"]) == ("ok", 2, "none"), j
     assert j["warnings"] == [], j["warnings"]
 
+
+
+def _uneven_reduce_scatter_then(ending):
+    import torch
+    import torch.distributed as dist
+    r = dist.get_rank()
+    out = torch.zeros(2 if r < 3 else 1)
+    dist.reduce_scatter(out, [torch.ones(2), torch.ones(2), torch.ones(2), torch.ones(1)])  # 4 all_reduces in gloo
+    dist.all_to_all_single(torch.zeros(4), torch.arange(4.0))
+    if ending == "raise":
+        raise ValueError("after the collectives")
+    if r != 0:
+        dist.barrier()
+    return out.tolist()
+
+
+def test_gloo_s_reduce_scatter_of_uneven_parts_is_one_call(clean):
+    """Gloo runs a reduce_scatter of uneven parts as one all_reduce per part, which its Flight Recorder logs: they are
+    parts of the tracer's call, not calls of their own (renumbered, they made the barrier rank 0 skips a 'mismatch'
+    against an all_reduce), and the call is over when it returns (its Work never says it completed: an error raised
+    after it was placed 'inside reduce_scatter')."""
+    res = launch(_uneven_reduce_scatter_then, world_size=4, args=("barrier",), init=True)
+    assert (res.diagnosis.kind, res.diagnosis.culprit_ranks) == ("missing_ranks", [0]), res.diagnosis.summary
+    assert "barrier #3" in res.diagnosis.summary, res.diagnosis.summary
+    res = launch(_uneven_reduce_scatter_then, world_size=4, args=("raise",), init=True)
+    assert res.diagnosis.kind == "rank_error" and "inside" not in res.diagnosis.summary, res.diagnosis.summary

@@ -82,7 +82,7 @@ def missing(tracks, pend) -> Diagnosis | None:
         detail = "; ".join(f"rank {m} is {w}" for m, w in elsewhere.items())
         b = _data_branch(tracks, same, absent, p)
         because = (f" {words.ranks(same).capitalize()} reached it {branches.through(b)}{origins.because(b)}."
-                   f" {origins.ADVICE}" if b else "")
+                   f" {origins.advice(b)}" if b else "")
         return Diagnosis(kind="missing_ranks",
                          cause=f"{words.ranks(same).capitalize()} {'waits' if len(same) == 1 else 'wait'} in {words.call(p)} at"
                          f" {p.get('site')}, but {words.ranks(absent)} never"

@@ -121,7 +121,7 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
                          cause=f"Collective mismatch at call #{seq} of group {ex.get('group')}: " + "; ".join(parts) +
                          f". {_rule(what)}"
                          + (f" {branch['words']}" if branch else "") + wrong
-                         + (f" {origins.ADVICE}" if branch and "reads" in branch else ""),
+                         + (f" {origins.advice(branch)}" if branch and "reads" in branch else ""),
                          culprit_ranks=culprits, op=op_of(ex), group=ex.get("group"), seq=seq, site=ex.get("site"),
                          details={"calls": {str(r): words.call(p) for r, p in sorted(members.items())},
                                   "differs_in": what, **({"wrong_data": done} if wrong else {}),

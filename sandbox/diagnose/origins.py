@@ -35,6 +35,14 @@ SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith, ast.Match)
 ADVICE = ("A value that decides which collectives a rank calls must be the same on every rank: sync it first"
           " (every rank takes part in an all_reduce or broadcast of it), then branch on it.")
+RANK_ADVICE = ("Every rank of a group must make its collectives: keep the call outside the rank's branch, and branch"
+               " only around what this rank does with the result.")
+
+
+def advice(b: dict) -> str:
+    """What to do about a branch that sent the ranks different ways: sync the data it reads, or, for a value
+    computed from the rank (which no sync makes equal), take the collective out of the branch."""
+    return RANK_ADVICE if b.get("source") == "rank" else ADVICE
 _DEPTH = 12  # how far back through assignments a name is followed (a chain longer than this is not claimed)
 _parents: dict[int, dict[ast.AST, ast.AST]] = {}
 

@@ -150,9 +150,12 @@ def returned(spec: describe.Spec, call_id: int, ev: dict | None, args: tuple, kw
                 sub["idx"] = i
             _remember_work(w, sub)
     w, sink.tls.work = sink.tls.work, None  # the Work a synchronous call waited on (NCCL: returns early)
-    if w is None and spec.op.data is not None and inflight.on_cuda(spec.arg(args, kwargs, spec.op.data)):
+    on_gpu = spec.op.data is None or inflight.on_cuda(spec.arg(args, kwargs, spec.op.data))
+    if w is None and spec.op.data is not None and on_gpu:
         w = inflight.StreamMark()  # NCCL synced at C++ level: the stream says when it is really done
-    if w is not None and not inflight.completed(w):
+    # a synchronous call on CPU tensors is over when it returns (gloo's reduce_scatter of uneven parts returns a
+    # Work made of several all_reduces that never reports itself completed)
+    if w is not None and on_gpu and not inflight.completed(w):
         inflight.in_flight(w, call_id, name)
     elif spec.op.objects:
         sink.emit({"ev": "exit", "rank": sink.rank, "id": call_id, "op": name,
