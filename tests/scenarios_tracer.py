@@ -91,20 +91,20 @@ def bookkeeping_fails(busy_s=1.0):
     from sandbox.trace import inflight
 
     rank, _ = _init()
-    real = inflight.completed  # a helper the tracer calls after a synchronous call returned
+    real = inflight.on_cuda  # a helper the tracer calls after a synchronous call returned
 
     def broken(work):
         raise RuntimeError("planted: the tracer's bookkeeping fails")
 
     t = torch.full((2,), float(rank))
-    inflight.completed = broken  # fault injection into the tracer's insides, undone right after the call
+    inflight.on_cuda = broken  # fault injection into the tracer's insides, undone right after the call
     try:
         if rank == 0:
             dist.send(t, 1)
         else:
             dist.recv(t, 0)
     finally:
-        inflight.completed = real
+        inflight.on_cuda = real
     if rank == 0:
         time.sleep(busy_s)  # the rank's own work, longer than the run's hang_after; no distributed call pending
     dist.barrier()

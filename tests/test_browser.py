@@ -24,6 +24,7 @@ from conftest import DOCS_PACKAGES, ROOT, leftovers, listening_ports, need
 from sandbox.bugs import registry
 
 need("playwright", *DOCS_PACKAGES)  # Playwright for Python drives Debian's Chromium; the site is built first
+pytestmark = pytest.mark.xdist_group("site")  # the worker that builds the site for test_docs.py too
 
 CHROMIUM = "/usr/bin/chromium"
 # headless, and nothing of Chromium's own that phones home (updates, sync, safe-browsing lists, QUIC probes)
@@ -225,8 +226,9 @@ def test_labs_show_executed_output(site, base, visit):
         page, _ = visit.open(base + p)
         outputs = page.locator(".jp-OutputArea-output")
         text = "\n".join(outputs.all_inner_texts()) if outputs.count() else ""
-        # a lab's runs end in a verdict: an executed lab shows at least one; an unexecuted one shows no output at all
-        if not re.search(r"(?i)\b(ok|hang|error|crash|timeout)\b", text):
+        # a bug lab's runs end in a verdict, a build-it-yourself lab prints its checks and measures; an unexecuted
+        # lab shows no output at all
+        if not re.search(r"(?i)\b(ok|hang|error|crash|timeout|right|all_reduce|ms|us)\b", text):
             empty.append(f"{p}: {outputs.count()} output areas, {text[:200]!r}")
         page.close()
     assert not empty, "lab pages without executed output:\n" + "\n".join(empty)
@@ -242,6 +244,36 @@ def test_screenshots(site, base, visit):
         page.screenshot(path=os.path.join(SHOTS, name), full_page=True)
         page.close()
         assert os.path.getsize(os.path.join(SHOTS, name)) > 10_000, name
+
+
+def test_the_learning_path_pages_show_their_pictures(site, base, visit):
+    """The pages a new learner meets first, as a browser shows them: Start here (every lab of the route linked),
+    Concepts (a diagram per primitive and the ring all-reduce, every picture loaded and drawn, not a broken image)
+    and a build-it-yourself lab (its executed output and its timeline). Screenshots of each go to SHOTS."""
+    os.makedirs(SHOTS, exist_ok=True)
+    sys.path.insert(0, os.path.join(ROOT, "docs"))
+    import route  # docs/route.py
+
+    for p, name in (("start-here/", "start-here.png"), ("concepts/", "concepts.png"),
+                    ("labs/22_data_parallel/", "lab-22.png")):
+        page, res = visit.open(base + p)
+        assert res is not None and res.status == 200, p
+        # every picture decoded with a size: a missing file or a broken PNG has naturalWidth 0
+        sizes = page.evaluate("() => Array.from(document.images).map(i => [i.getAttribute('src'), i.naturalWidth])")
+        assert all(w > 0 for _, w in sizes), (p, [s for s, w in sizes if not w])
+        if p == "start-here/":
+            links = page.evaluate("() => Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))")
+            for step in route.steps():
+                assert any(step.lab in (h or "") for h in links), f"Start here does not link {step.lab}"
+        if p == "concepts/":
+            drawn = [s for s, _ in sizes if "diagram" in (s or "")]
+            assert len(drawn) >= 9, sizes  # one per primitive (8 collectives and send/recv) and the ring
+        if p.startswith("labs/"):
+            assert len(sizes) >= 1, "the lab shows no picture (its timeline)"
+        page.screenshot(path=os.path.join(SHOTS, name), full_page=True)
+        page.close()
+        assert os.path.getsize(os.path.join(SHOTS, name)) > 10_000, name
+        assert not visit.errors, (p, visit.errors)
 
 
 # -- search ------------------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from conftest import DOCS_PACKAGES, ROOT, need
 from sandbox.bugs import registry
 
 need(*DOCS_PACKAGES)
+pytestmark = pytest.mark.xdist_group("site")  # one worker builds the site once for both modules
 
 sys.path.insert(0, os.path.join(ROOT, "docs"))
 import catalogue_pages  # noqa: E402  docs/catalogue_pages.py: group_of(), GROUPS
@@ -259,7 +260,7 @@ def test_start_here_shows_the_route_and_the_menu_follows_it(site):
     """The Start-here page lists every lab with its time and objective, part by part; the Labs menu has the same
     parts in the same order."""
     import route
-    page = open(os.path.join(site, "start-here", "index.html"), encoding="utf-8").read()
+    page = open(os.path.join(site["dir"], "start-here", "index.html"), encoding="utf-8").read()
     text = html.unescape(re.sub(r"<[^>]+>", " ", page))
     text = re.sub(r"\s+", " ", text)
     last = -1
@@ -269,7 +270,7 @@ def test_start_here_shows_the_route_and_the_menu_follows_it(site):
         last = at
         for s in part.steps:
             assert f"{s.lab} {s.minutes} min {s.objective}" in text, s.lab
-    home = open(os.path.join(site, "index.html"), encoding="utf-8").read()
+    home = open(os.path.join(site["dir"], "index.html"), encoding="utf-8").read()
     nav = re.findall(r'<label class="md-nav__link"[^>]*>\s*<span class="md-ellipsis">\s*([^<]+?)\s*</span>', home)
     parts = [t for t in nav if any(t == html.escape(p.title, quote=False) for p in route.ROUTE)]
     assert parts == [html.escape(p.title, quote=False) for p in route.ROUTE], nav

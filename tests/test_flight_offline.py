@@ -41,6 +41,7 @@ for step in range(3 + (rank == 1)):  # rank 1 has one batch more
     opt.zero_grad()
     loss.backward()
     opt.step()
+del opt, model  # DDP's reducer before its process group: the other order can deadlock at exit (torch 2.13, gloo)
 dist.destroy_process_group()
 """
 
