@@ -24,7 +24,6 @@ from conftest import DOCS_PACKAGES, ROOT, leftovers, listening_ports, need
 from sandbox.bugs import registry
 
 need("playwright", *DOCS_PACKAGES)  # Playwright for Python drives Debian's Chromium; the site is built first
-pytestmark = pytest.mark.xdist_group("site")  # the worker that builds the site for test_docs.py too
 
 CHROMIUM = "/usr/bin/chromium"
 # headless, and nothing of Chromium's own that phones home (updates, sync, safe-browsing lists, QUIC probes)

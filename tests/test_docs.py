@@ -31,7 +31,6 @@ from conftest import DOCS_PACKAGES, ROOT, need
 from sandbox.bugs import registry
 
 need(*DOCS_PACKAGES)
-pytestmark = pytest.mark.xdist_group("site")  # one worker builds the site once for both modules
 
 sys.path.insert(0, os.path.join(ROOT, "docs"))
 import catalogue_pages  # noqa: E402  docs/catalogue_pages.py: group_of(), GROUPS
