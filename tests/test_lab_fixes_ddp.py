@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, run_cli
 
 from sandbox import lab
-from sandbox.diagnose import framework
+from sandbox import branches
 
 
 CALLS = re.compile(r"^(lab|b)\.(check|run|show|predict|kinds)\(|^c = b\.check\(|^print\(")
@@ -144,11 +144,11 @@ def test_a_data_dependent_branch_is_found_by_the_attribute_it_uses(tmp_path):
                     x = x + self.vision(image)
                 return self.head(x)
         """))
-    got = framework._branch_using([str(src)], ["vision"])
+    got = branches.branch_using([str(src)], ["vision"], rank_dependent=False)
     assert got is not None and got["test"] == "image is not None" and got["attrs"] == ["vision"], got
     assert got["site"].endswith("model.py:5"), got
-    assert framework._branch_using([str(src)], ["text"]) is None  # nothing uses self.text under an if
-    assert framework._branch_using([str(tmp_path / "missing.py")], ["vision"]) is None
+    assert branches.branch_using([str(src)], ["text"], rank_dependent=False) is None  # nothing uses self.text under an if
+    assert branches.branch_using([str(tmp_path / "missing.py")], ["vision"], rank_dependent=False) is None
 
 
 DEEPER = """\

@@ -9,7 +9,6 @@ the Flight Recorder lens, `sandbox.flight`) and what its constructor and reducer
 """
 from __future__ import annotations
 
-import functools
 import re
 
 from sandbox import branches, calls, words
@@ -184,9 +183,6 @@ def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
                      details={"unused": {str(r): ns for r, ns in sorted(names.items())},
                               **({"branch": {k: branch[k] for k in ("test", "site")}} if branch else {})})
 
-
-# any `if` using these attributes, rank-dependent or not: the name tests/test_lab_fixes_ddp.py holds the rule to
-_branch_using = functools.partial(branches.branch_using, rank_dependent=False)
 
 
 def model_differs(tracks: dict[int, RankTrack]) -> Diagnosis | None:
