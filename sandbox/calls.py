@@ -97,14 +97,14 @@ RECVS = frozenset(n for n, o in OPS.items() if o.direction == "recv")
 UNEVEN = frozenset(n for n, o in OPS.items() if o.uneven)
 OBJECT_COLLECTIVES = frozenset(n for n, o in OPS.items() if o.objects)
 # the fields of a call that must match across ranks, which a `wait` copies from the asynchronous call it waits on
-MATCH_FIELDS = ("gname", "group", "seq", "root", "shapes", "dtypes", "redop", "splits")
+MATCH_FIELDS = ("gname", "group", "seq", "root", "shapes", "length", "dtypes", "redop", "splits")
 
 PAIR = "pair"
 FULL = "full"
 LEVELS = (PAIR, FULL)
 
 # the words for each field that can differ, in the order a sentence names them
-FIELDS = ("op", "group", "root", "shape", "dtype", "reduce op", "splits")
+FIELDS = ("op", "group", "root", "shape", "list length", "dtype", "reduce op", "splits")
 
 
 # ----------------------------------------------------------------------------------------------- what a call is
@@ -159,7 +159,8 @@ def _fields(p: Mapping, level: str) -> dict[str, object]:
     _check(level)
     op = op_of(p)
     out = {"op": op, "group": _canon(p.get("group")), "root": p.get("root"),
-           "shape": None if op in UNEVEN else _canon(p.get("shapes")), "dtype": _canon(p.get("dtypes"))}
+           "shape": None if op in UNEVEN else _canon(p.get("shapes")), "list length": p.get("length"),
+           "dtype": _canon(p.get("dtypes"))}
     if level == FULL:
         out["reduce op"] = p.get("redop")
     return out

@@ -70,6 +70,8 @@ def signature(p: dict, redop: bool = False) -> str:
     bits = []
     if p.get("shapes"):
         bits.append("shape " + str(p["shapes"][0] if len(p["shapes"]) == 1 else p["shapes"]))
+    if p.get("length") is not None:  # broadcast_object_list: how many objects
+        bits.append(f"{p['length']} object{'s' if p['length'] != 1 else ''}")
     if p.get("dtypes"):
         dts = p["dtypes"]
         bits.append(dts[0] if len(set(dts)) == 1 else f"dtypes {dts}")

@@ -1,4 +1,5 @@
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/scenario
 # Adopt orphans: if a run of ours leaked a process whose parent died, it is re-parented to this pytest process
 # (not to init), so `leftovers()` finds it by parentage.
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+# Under xdist a worker inherits TMPDIR from the controller: the controller's own temp dir, removed when it finishes.
+# What the workers share (the docs site, built once) lives there.
+_SHARED_TMP = os.environ.get("TMPDIR") if os.environ.get("PYTEST_XDIST_WORKER") else None
 
 # Runs of this test session make their temp dirs here, so the leftovers check sees only ours.
 _TMP = tempfile.mkdtemp(prefix="sandbox-tests-")
@@ -149,23 +154,48 @@ def clean():
     assert listening_ports() == set()
 
 
+def _build_site(dest: str) -> tuple[int, str]:
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", NO_COLOR="1")  # the variable quiets Material's banner
+    p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", dest], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=900)
+    return p.returncode, p.stdout + p.stderr
+
+
 @pytest.fixture(scope="session")
 def docs_site():
-    """The docs site, built once per test session with `mkdocs build --strict` from the repository root (it executes
-    every lab and runs every bug: a minute or two): {"dir": where, "log": what mkdocs printed}. Shared by the build
-    checks (test_docs.py) and the browser test (test_browser.py)."""
+    """The docs site, built once per test run with `mkdocs build --strict` from the repository root (it executes
+    every lab and runs every bug: minutes): {"dir": where, "log": what mkdocs printed}. Shared by the build checks
+    (test_docs.py) and the browser test (test_browser.py). Under xdist the workers share one build: the first to
+    need it builds it under a lock in the controller's temp dir, the others wait for it and read it (two builds at
+    once cost each other's CPU, and CI's time)."""
+    import fcntl
     import shutil
 
-    dest = tempfile.mkdtemp(prefix="docs-site-")
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", NO_COLOR="1")  # the variable quiets Material's banner
-    try:
-        p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", dest], cwd=ROOT,
-                           env=env, capture_output=True, text=True, timeout=900)
-        log = p.stdout + p.stderr
-        assert p.returncode == 0, f"mkdocs build --strict failed:\n{log[-6000:]}"
-        yield {"dir": dest, "log": log}
-    finally:
-        shutil.rmtree(dest, ignore_errors=True)
+    if _SHARED_TMP is None:
+        dest = tempfile.mkdtemp(prefix="docs-site-")
+        try:
+            rc, log = _build_site(dest)
+            assert rc == 0, f"mkdocs build --strict failed:\n{log[-6000:]}"
+            yield {"dir": dest, "log": log}
+        finally:
+            shutil.rmtree(dest, ignore_errors=True)
+        return
+    base = os.path.join(_SHARED_TMP, "docs-site-shared")
+    os.makedirs(base, exist_ok=True)
+    dest, done = os.path.join(base, "site"), os.path.join(base, "build.json")
+    with open(os.path.join(base, "lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # bounded: the holder's build has its own 900 s limit
+        if not os.path.exists(done):
+            try:
+                rc, log = _build_site(dest)
+            except subprocess.TimeoutExpired as e:
+                rc, log = -1, f"mkdocs build timed out after {e.timeout} s"
+            with open(done, "w") as f:
+                json.dump({"rc": rc, "log": log}, f)
+        with open(done) as f:
+            built = json.load(f)
+    assert built["rc"] == 0, f"mkdocs build --strict failed:\n{built['log'][-6000:]}"
+    yield {"dir": dest, "log": built["log"]}  # the controller removes its temp dir, and this with it, at the end
 
 
 KERNEL_PACKAGES = ("jupyter_client", "ipykernel")  # a real kernel: the dev extras have them, a bare torch box may not

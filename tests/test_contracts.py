@@ -122,8 +122,9 @@ def test_a_failure_a_warning_explains_says_so_in_the_diagnosis(clean):
             and "got tensors that all_gather_object at sandbox/bugs/cross_device.py:" in res.diagnosis.summary)
     assert res.diagnosis.details["contract"] == "object_device"
 
-    res, ok, _ = run_variant(registry()["isend-unwaited"], "broken", 2)  # the receiver's error, and why it came
-    assert ok and res.verdict == "error" and res.diagnosis.culprit_ranks == [1]
+    # the receiver's error, and why it came: the sender, which left with its isend pending, is the one to fix
+    res, ok, _ = run_variant(registry()["isend-unwaited"], "broken", 2)
+    assert ok and res.verdict == "error" and res.diagnosis.culprit_ranks == [0], res.diagnosis.summary
     assert ("Rank 0's isend to rank 1 at sandbox/bugs/isend_unwaited.py:" in res.diagnosis.summary
             and "rank 0 left with it still pending, which closed the connection rank 1 was receiving on"
             in res.diagnosis.summary), res.diagnosis.summary

@@ -194,7 +194,7 @@ def test_send_and_recv_with_different_tags_never_match():
     tracks = {0: _track(0, {"op": "send", "peer": 1, "tag": 1}), 1: _track(1, {"op": "recv", "peer": 0, "tag": 2})}
     assert not progress_possible(tracks)
     d = diagnose_hang(tracks)
-    assert d.kind == "p2p_cycle" and "different tags" in d.summary
+    assert (d.kind, d.culprit_ranks) == ("p2p_unmatched", [0, 1]) and "different tags" in d.summary, d.summary
 
 
 # ------------------------------------------------------------------------------------------ the watchdog's policy

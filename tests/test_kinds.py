@@ -23,7 +23,7 @@ CASES = [
     (scenarios.group_lists, 3, "hang", "group_mismatch", [0]),
     (scenarios.send_cycle, 2, "hang", "p2p_cycle", [0, 1]),
     (scenarios.ring_cycle, 3, "hang", "p2p_cycle", [0, 1, 2]),
-    (scenarios.tag_mismatch, 2, "hang", "p2p_cycle", [0, 1]),
+    (scenarios.tag_mismatch, 2, "hang", "p2p_unmatched", [0, 1]),
     (scenarios.crash_in_call, 3, "crash", "rank_crashed", [1]),
     (scenarios.exit_code, 3, "crash", "rank_crashed", [0]),
     (scenarios.raises, 3, "error", "rank_error", [2]),

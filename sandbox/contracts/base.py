@@ -42,6 +42,7 @@ class ContractWarning:
     seq: int | None = None
     sites: dict[int, str] = field(default_factory=dict)
     details: dict = field(default_factory=dict)  # the facts behind the sentence, per kind (not stable)
+    culprits: list[int] | None = None  # the ranks whose call differs, where fewer than `ranks` (None: all of them)
 
     @property
     def rule(self) -> str:
@@ -51,6 +52,7 @@ class ContractWarning:
         d = asdict(self)
         d["sites"] = {str(r): s for r, s in self.sites.items()}
         d["rule"] = self.rule
+        d["culprit_ranks"] = d.pop("culprits") or list(self.ranks)
         return d
 
 

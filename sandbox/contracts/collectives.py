@@ -2,7 +2,7 @@
 `sandbox.calls`' to say, at FULL level: the reduce op too), as many of them, and creates the same groups."""
 from __future__ import annotations
 
-from sandbox import calls
+from sandbox import branches, calls
 from sandbox.calls import COLLECTIVES, op_of
 from sandbox.contracts.base import ContractWarning, branch_words, ended_ok, said, where
 from sandbox.events import RankTrack
@@ -44,11 +44,20 @@ def collectives_differ(done: dict[int, dict[tuple, dict]]) -> list[ContractWarni
                                   f"rank: {told}.",
             sorted(members), op=op_of(variants[0][1]), group=group, seq=seq,
             sites={r: where(p) for r, p in members.items()},
-            details={"differs_in": what, "odd_ranks": odd})
+            details={"differs_in": what, "odd_ranks": odd}, culprits=_culprits(odd, variants, len(members)))
     for w in first.values():
         if w.details.get("later"):
             w.summary += f" {plural(w.details['later'], 'later call')} of this group differed too."
     return list(first.values())
+
+
+def _culprits(odd: list[int], variants: list[tuple[list[int], dict]], n: int) -> list[int]:
+    """The odd ones; where the camps are even (2 ranks, 1 and 1), the one camp that got there through a
+    rank-dependent `if` (`if rank == 0:`), if exactly one did."""
+    if 2 * len(odd) < n:
+        return odd
+    taken = [rs for rs, p in variants if branches.rank_branch(branches.site_frame(p.get("site")))]
+    return taken[0] if len(taken) == 1 else odd
 
 
 def groups_differ(tracks: dict[int, RankTrack]) -> list[ContractWarning]:

@@ -58,8 +58,10 @@ def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTr
     for w in warnings:
         words = (_explain_device(w, diagnosis, tracks) if w.kind == "object_device" else
                  _explain_left_send(w, tracks) if w.kind == "async_unwaited" else None)
-        if words:
-            return replace(diagnosis.noted(words), details={**diagnosis.details, "contract": w.kind})
+        if words:  # the rank that left its isend behind is the one to fix, not the receiver that failed
+            culprits = w.ranks if w.kind == "async_unwaited" else diagnosis.culprit_ranks
+            return replace(diagnosis.noted(words), culprit_ranks=culprits,
+                           details={**diagnosis.details, "contract": w.kind})
     return diagnosis
 
 

@@ -178,7 +178,10 @@ def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
               " output by 0 where it is not wanted), or pass find_unused_parameters=True to DistributedDataParallel"
               " (it then walks the autograd graph after every forward to mark unused parameters ready, which costs"
               " time each step).")
-    return Diagnosis(kind="unused_parameters", cause=cause, culprit_ranks=others or sorted(raised),
+    # the odd ones: the few ranks whose forward used the parameters, or the few where it skipped them; on a tie,
+    # the ranks that used them (their shard is the one that differs, as in a dataset sorted by source)
+    odd = others if others and len(others) <= len(raised) else sorted(raised)
+    return Diagnosis(kind="unused_parameters", cause=cause, culprit_ranks=odd,
                      site=branch["site"] if branch else e.get("site"),
                      details={"unused": {str(r): ns for r, ns in sorted(names.items())},
                               **({"branch": {k: branch[k] for k in ("test", "site")}} if branch else {})})

@@ -1,6 +1,6 @@
 """Naming the cause of a hang, a timeout or an interrupted run: every rank is blocked (or the clock ran out), and
 the rules say why, first match wins: a rendezvous mismatch, a group mismatch, a collective mismatch, a cycle of
-point-to-point calls, or ranks that never arrive. `busy_at_timeout` names the other kind of timeout, the one a
+point-to-point calls, a point-to-point call that nothing matches, or ranks that never arrive. `busy_at_timeout` names the other kind of timeout, the one a
 process group's own clock ends: peers gave up at a collective while a rank was still running its own code.
 """
 from __future__ import annotations
@@ -32,24 +32,36 @@ def p2p(tracks, pend) -> Diagnosis | None:
         steps = "; ".join(f"rank {c} blocks in {words.call(waits[c])}"
                           f"{' (tag ' + str(waits[c].get('tag', 0)) + ')' if len(tags) > 1 else ''}"
                           f" at {waits[c].get('site')}" for c in cycle)
-        advice = P2P_ADVICE
-        if kinds == {"send", "recv"} and len(tags) > 1:
-            why = "the send and the recv name different tags, so they never match"
-            advice = " Use the same tag on both sides."
-        elif kinds == {"send"}:
+        if kinds == {"send", "recv"} and len(tags) > 1:  # the pair would meet, but for the tags: no cycle
+            return Diagnosis(kind="p2p_unmatched", cause=f"Unmatched point-to-point call: {steps}. The send and the"
+                             " recv name different tags, so they never match. Use the same tag on both sides.",
+                             culprit_ranks=sorted(cycle), op=op_of(waits[cycle[0]]), site=waits[cycle[0]].get("site"),
+                             details={"pair": sorted(cycle), "tags": sorted(tags)})
+        if kinds == {"send"}:
             why = "a gloo send does not complete until the peer posts the matching recv, so each waits for the other"
         else:
             why = "each waits for a message the other will only send after its own call returns"
-        return Diagnosis(kind="p2p_cycle", cause=f"Point-to-point cycle: {steps}. {why[0].upper() + why[1:]}.{advice}",
+        return Diagnosis(kind="p2p_cycle", cause=f"Point-to-point cycle: {steps}. {why[0].upper() + why[1:]}.{P2P_ADVICE}",
                          culprit_ranks=sorted(cycle), op=op_of(waits[cycle[0]]), site=waits[cycle[0]].get("site"),
                          details={"cycle": cycle})
-    for r, p in sorted(waits.items()):
+    for start in sorted(waits):
+        chain = [start]  # rank 0 waits on 1, which waits on 2, ...: the last link is the one nothing will match
+        while waits[chain[-1]]["peer"] in waits and waits[chain[-1]]["peer"] not in chain:
+            chain.append(waits[chain[-1]]["peer"])
+        r, p = chain[-1], waits[chain[-1]]
         q = tracks.get(p["peer"])
-        if q is not None:
-            return Diagnosis(kind="missing_ranks",
-                             cause=f"Rank {r} waits in {words.call(p)} at {p.get('site')}, but rank {q.rank} is"
-                             f" {words.where(q)}.", culprit_ranks=[q.rank], op=op_of(p), site=p.get("site"),
-                             details={"waiting": [r], "elsewhere": {str(q.rank): words.where(q)}})
+        if q is None:
+            continue
+        behind = (f" {words.ranks(chain[:-1]).capitalize()} {'waits' if len(chain) == 2 else 'wait'} behind it: "
+                  + ", ".join(f"rank {a} in {words.call(waits[a])} at {waits[a].get('site')}" for a in chain[:-1])
+                  + "." if len(chain) > 1 else "")
+        return Diagnosis(kind="p2p_unmatched",
+                         cause=f"Unmatched point-to-point call: rank {r} waits in {words.call(p)} at {p.get('site')},"
+                         f" but rank {q.rank} is {words.where(q)}, and nothing there matches it: every"
+                         f" {'send needs a recv' if p2p_direction(p) == 'send' else 'recv needs a send'} from its"
+                         f" peer, with the same tag.{behind}",
+                         culprit_ranks=sorted({r, q.rank}), op=op_of(p), site=p.get("site"),
+                         details={"waiting": chain, "elsewhere": {str(q.rank): words.where(q)}})
     return None
 
 

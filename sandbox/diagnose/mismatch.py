@@ -115,8 +115,10 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
         wrong = (f" {words.ranks(done).capitalize()} completed this call against the others: what"
                  f" {'it holds' if len(done) == 1 else 'they hold'} from it is wrong."
                  if done and len(done) < len(members) and what != ["reduce op"] else "")
-        if branch and branch["taken"] == "if" and len(branch["ranks"]) < len(members):
-            culprits = branch["ranks"]  # the ones that took a rank-dependent `if` into this call differ
+        if branch and branch["taken"] == "if" and 2 * len(branch["ranks"]) <= len(members):
+            # the ones that took a rank-dependent `if` into this call differ, unless they are the many: then the
+            # few that skipped it are the odd ones (an empty shard that skips an all_reduce everyone else makes)
+            culprits = branch["ranks"]
         return Diagnosis(kind="collective_mismatch",
                          cause=f"Collective mismatch at call #{seq} of group {ex.get('group')}: " + "; ".join(parts) +
                          f". {_rule(what)}"

@@ -27,6 +27,7 @@ VERDICTS = {
 KINDS = {
     "none": "nothing to name: the run finished, or failed in a way no rule recognises",
     "p2p_cycle": "point-to-point calls wait on each other in a cycle: each rank sends (or receives) first",
+    "p2p_unmatched": "a send or recv that nothing will match: its peer is elsewhere, finished, or uses another tag",
     "missing_ranks": "some ranks wait in a call that the others never reach: they are elsewhere, or finished",
     "collective_mismatch": "the ranks are in different collectives at the same point (another op, shape, dtype "
                            "or root)",

@@ -189,6 +189,8 @@ def describe(spec: Spec, args: tuple, kwargs: dict, frame) -> dict:
         shapes, dtypes, devices = tensor_info(arg(op.data))
         if shapes is not None:
             ev.update(shapes=shapes, dtypes=dtypes, devices=devices)
+    if name == "broadcast_object_list" and isinstance(arg("object_list"), list):
+        ev["length"] = len(arg("object_list"))  # it broadcasts the objects' sizes first: one per list entry
     if op.root is not None:
         root = arg(op.root)
         if root is None:
