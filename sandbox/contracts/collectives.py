@@ -52,11 +52,12 @@ def collectives_differ(done: dict[int, dict[tuple, dict]]) -> list[ContractWarni
 
 
 def _culprits(odd: list[int], variants: list[tuple[list[int], dict]], n: int) -> list[int]:
-    """The odd ones; where the camps are even (2 ranks, 1 and 1), the one camp that got there through a
-    rank-dependent `if` (`if rank == 0:`), if exactly one did."""
+    """The odd ones; where the camps are even (2 ranks, 1 and 1), the one camp that got there through the body of
+    a rank-dependent `if` (`if rank == 0:`, not its else), if exactly one did."""
     if 2 * len(odd) < n:
         return odd
-    taken = [rs for rs, p in variants if branches.rank_branch(branches.site_frame(p.get("site")))]
+    taken = [rs for rs, p in variants if (b := branches.rank_branch(branches.site_frame(p.get("site"))))
+             and b["taken"] == "if"]
     return taken[0] if len(taken) == 1 else odd
 
 
