@@ -10,7 +10,7 @@ from sandbox import words
 from sandbox.diagnose import framework
 from sandbox.diagnose.hang import busy_at_timeout, missing
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch
-from sandbox.diagnose.sharding import fsdp_words
+from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
 
@@ -61,7 +61,7 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
     if not causes and errored:
         # every error only says "a peer went away": the cause is a rank that was not in the call with them
         inside = {r: t.failed_call for r, t in tracks.items() if t.failed_call is not None}
-        d = framework.uneven_steps(tracks, inside) or missing(tracks, inside)
+        d = framework.uneven_steps(tracks, inside) or fsdp_uneven(tracks, inside) or missing(tracks, inside)
         if d is not None:
             return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks))
         causes = errored

@@ -12,7 +12,7 @@ from sandbox.calls import is_collective, op_of, p2p_direction
 from sandbox.diagnose import framework, origins
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
-from sandbox.diagnose.sharding import fsdp_words
+from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
 
@@ -146,7 +146,7 @@ def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
                    lambda: framework.uneven_steps(tracks, pend),
                    lambda: framework.bucket_without_partner(tracks, pend),
                    lambda: fsdp_words(bucket_mismatch(tracks, pend), tracks),
-                   lambda: p2p(tracks, pend), lambda: missing(tracks, pend)):
+                   lambda: fsdp_uneven(tracks, pend), lambda: p2p(tracks, pend), lambda: missing(tracks, pend)):
         d = finder()
         if d is not None:
             return d

@@ -65,9 +65,18 @@ def group_mismatch(tracks, strict: bool) -> Diagnosis | None:
         if None in camps and not strict and len(camps) == 2:
             continue  # some ranks simply have not created this group yet
         culprits = minority(camps)
+        # every rank created only a group it belongs to (`new_group(my_replicas)`): each camp is wrong alike
+        own = (None not in camps and all(set(rs) <= set(g) for g, rs in camps.items())
+               and sum(len(set(g)) for g in camps) == len(set().union(*map(set, camps))))  # disjoint groups
+        if own:
+            culprits = sorted(r for rs in camps.values() for r in rs)
         describe = "; ".join(
             (f"{words.ranks(rs)} created {list(g)}" if g is not None else f"{words.ranks(rs)} never made this call")
             for g, rs in camps.items())
+        if own:
+            describe += (". Each rank created only a group it belongs to: new_group is collective over the whole"
+                         " world, so every rank must create every group, its own and the others', in one order,"
+                         " keeping the one it is in")
         site = next((tracks[r].new_groups[k].get("site") for r in culprits if k < len(tracks[r].new_groups)), None)
         return Diagnosis(kind="group_mismatch",
                          cause=words.groups_differ(k + 1, describe) +

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from sandbox import words
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis
 
@@ -50,3 +51,27 @@ def fsdp_words(d: Diagnosis | None, tracks: dict[int, RankTrack]) -> Diagnosis |
             f" parameters in the group: they applied fully_shard to different modules, so their groups, and the"
             f" number of all_gathers and reduce_scatters in each step, differ. {FSDP_RULE}")
     return d.noted(note)
+
+
+FSDP_STEPS_ADVICE = ("Under FSDP every rank must run the same number of forward and backward passes, since each"
+                     " gathers and scatters with all the others: give every rank the same number of batches"
+                     " (DistributedSampler, which pads its shards to one length, or drop_last=True), or agree on"
+                     " when to stop (all_reduce a 'done' flag every step).")
+
+
+def fsdp_uneven(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnosis | None:
+    """Ranks stuck in one of FSDP's all_gathers or reduce_scatters while the rest of their group finished: the
+    stuck ones ran more steps (FSDP's collectives are Python calls, which the tracer sees)."""
+    stuck = {r: p for r, p in pend.items() if p.get("op") in GATHERS | SCATTERS and p.get("group")}
+    if not stuck or not made_by_fsdp(tracks, stuck):
+        return None
+    r, p = min(stuck.items())
+    rest = sorted(set(p["group"]) - set(stuck))
+    if not rest or not all(tracks.get(q) is not None and (tracks[q].end or {}).get("outcome") == "ok"
+                           for q in rest):
+        return None
+    cause = (f"{words.ranks(sorted(stuck)).capitalize()} ran more steps than {words.ranks(rest)}, which already"
+             f" finished: {'its' if len(stuck) == 1 else 'their'} FSDP {p['op']} #{p.get('seq')} of group"
+             f" {p['group']} at {p.get('site')} has no partner. {FSDP_STEPS_ADVICE}")
+    return Diagnosis(kind="uneven_steps", cause=cause, culprit_ranks=sorted(stuck), op=p["op"], group=p["group"],
+                     seq=p.get("seq"), site=p.get("site"), details={"finished": rest})
