@@ -106,11 +106,16 @@ _DONE_HEAD = b'{"ev":"done"'
 _INFLIGHT = b'"inflight":true'
 
 
-def enter_line(rank: int, call_id: int, t: float, frag: bytes, seq: int | None = None) -> bytes:
-    """The enter event of a call, from its cached static fragment (the tracer's fast path)."""
+def enter_line(rank: int, call_id: int, t: float, frag: bytes, seq: int | None = None,
+               cseq: int | None = None) -> bytes:
+    """The enter event of a call, from its cached static fragment (the tracer's fast path). `cseq` is the group's
+    own sequence number before the call (c10d counts a framework's C++ collectives too)."""
     if seq is None:
         return b'%s,"rank":%d,"id":%d,"t":%.6f,%s}\n' % (_ENTER_HEAD, rank, call_id, t, frag)
-    return b'%s,"rank":%d,"id":%d,"t":%.6f,"seq":%d,%s}\n' % (_ENTER_HEAD, rank, call_id, t, seq, frag)
+    if cseq is None:
+        return b'%s,"rank":%d,"id":%d,"t":%.6f,"seq":%d,%s}\n' % (_ENTER_HEAD, rank, call_id, t, seq, frag)
+    return b'%s,"rank":%d,"id":%d,"t":%.6f,"seq":%d,"cseq":%d,%s}\n' % (_ENTER_HEAD, rank, call_id, t, seq, cseq,
+                                                                         frag)
 
 
 def exit_line(rank: int, call_id: int, op: str, t: float) -> bytes:

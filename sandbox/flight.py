@@ -303,6 +303,23 @@ def _rebuilt(t: RankTrack, evs: list[dict]) -> RankTrack:
     return n
 
 
+def _by_backend_seq(t: RankTrack, renumber: set[str]) -> RankTrack:
+    """A rank that left no dump (it crashed): its calls in a group a framework used too take the group's own
+    sequence number, which the tracer read before each call, so they meet the others' recorded calls where the
+    backend paired them."""
+    evs = [dict(ev) for ev in t.events]
+    new_seq = {ev["id"]: ev["cseq"] + 1 for ev in evs if ev.get("ev") == "enter" and isinstance(ev.get("cseq"), int)
+               and str(ev.get("gname")) in renumber}
+    if not new_seq:
+        return t
+    for ev in evs:
+        if ev.get("ev") == "enter" and ev.get("id") in new_seq:
+            ev["pyseq"], ev["seq"] = ev.get("seq"), new_seq[ev["id"]]
+        elif ev.get("op") == "wait" and ev.get("of_id") in new_seq:  # a wait carries the seq of its call
+            ev["seq"] = new_seq[ev["of_id"]]
+    return _rebuilt(t, evs)
+
+
 def merge(tracks: dict[int, RankTrack], dumps: dict[int, dict]) -> dict[int, RankTrack]:
     """The tracer's tracks with what the ranks' recorders saw and the tracer did not (see the module's docstring).
     Tracks are returned unchanged when the recorders saw nothing more; the input is never modified."""
@@ -326,7 +343,7 @@ def merge(tracks: dict[int, RankTrack], dumps: dict[int, dict]) -> dict[int, Ran
     out = {}
     for r, t in tracks.items():
         if r not in fr:
-            out[r] = t
+            out[r] = _by_backend_seq(t, renumber)
             continue
         failed_site = (t.error or {}).get("site")
         out[r] = _rebuilt(t, _merged_events(t, fr[r], renumber, members, reached, failed_site))

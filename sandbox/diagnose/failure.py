@@ -37,7 +37,8 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
     if d is not None:  # the ranks whose error the diagnosis explains are not told again as their peers
         told = set(d.culprit_ranks) | {int(r) for r in d.details.get("unused", {})}
         return _noted(d, _peer_words(tracks, outcomes, sorted(told)))
-    d = framework.uneven_steps(tracks, pend) or fsdp_words(bucket_mismatch(tracks, pend), tracks)
+    d = (framework.uneven_steps(tracks, pend) or framework.left_the_loop(tracks, pend)
+         or fsdp_words(bucket_mismatch(tracks, pend), tracks))
     if d is not None:
         return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks))
     d = busy_at_timeout(tracks, outcomes)  # before "who died first": a watchdog's abort is the victim's, not the cause

@@ -86,6 +86,35 @@ def uneven_steps(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnos
                               "via": "backward()"})
 
 
+def left_the_loop(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnosis | None:
+    """Ranks in a gradient all_reduce of DDP's backward met, at the same call of the group, by ranks in a call of
+    their own code: those had left the training loop (fewer batches) and gone on (an evaluation's all_reduce)."""
+    def gradient(p):
+        return p and p.get("lens") == "flight" and p.get("op") == "all_reduce" and p.get("via") == "backward()"
+
+    grads = {}
+    for r, t in tracks.items():  # the call it failed in, where an open call older than it is also left over
+        p = next((c for c in (pend.get(r), t.failed_call, t.pending) if gradient(c)), None)
+        if p is not None:
+            grads[r] = p
+    if not grads:
+        return None
+    r, p = min(grads.items())
+    gone = {q: o for q, o in pend.items() if q not in grads and o.get("gname") == p.get("gname")
+            and o.get("seq") == p.get("seq") and o.get("via") != "backward()" and o.get("site")}
+    if not gone:
+        return None
+    q, o = min(gone.items())
+    cause = (f"{words.ranks(sorted(grads)).capitalize()} ran more training steps than {words.ranks(sorted(gone))}:"
+             f" {'it was' if len(grads) == 1 else 'they were'} still in DDP's backward ({_backward_where(p)}, its"
+             f" gradient all_reduce #{p.get('seq')} of group {p.get('group')}) when {words.ranks(sorted(gone))} had"
+             f" left the loop and made {words.call(o)} at {o.get('site')}, so the two met at one call of the group."
+             f" {JOIN_ADVICE}")
+    return Diagnosis(kind="uneven_steps", cause=cause, culprit_ranks=sorted(grads), op="all_reduce",
+                     group=p.get("group"), seq=p.get("seq"), site=p.get("site"),
+                     details={"met_by": {str(x): words.call(y) for x, y in sorted(gone.items())}, "via": "backward()"})
+
+
 def _differed_before(tracks: dict[int, RankTrack], stuck: dict[int, dict]) -> bool:
     """Did the ranks already make different calls earlier in the group (a model that differs makes DDP's own
     broadcasts differ before any step)? Then that is the cause, not the number of steps."""

@@ -143,7 +143,7 @@ def blocked_call(t: RankTrack) -> dict | None:
 def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
     pend = {r: blocked_call(t) for r, t in tracks.items() if blocked_call(t) is not None}
     for finder in (lambda: init_mismatch(tracks), lambda: group_mismatch(tracks, strict=True),
-                   lambda: framework.uneven_steps(tracks, pend),
+                   lambda: framework.uneven_steps(tracks, pend), lambda: framework.left_the_loop(tracks, pend),
                    lambda: framework.bucket_without_partner(tracks, pend),
                    lambda: fsdp_words(bucket_mismatch(tracks, pend), tracks),
                    lambda: fsdp_uneven(tracks, pend), lambda: p2p(tracks, pend), lambda: missing(tracks, pend)):

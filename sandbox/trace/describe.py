@@ -115,6 +115,16 @@ def group_info(g) -> tuple[str, list[int]] | None:
         return None
 
 
+def backend_seq(g) -> int | None:
+    """The group's own count of collectives so far (c10d's sequence number, which a framework's C++ calls, DDP's
+    gradient all_reduces, advance too): where a rank leaves no Flight Recorder dump (it crashed), its Python calls
+    are still placed among the others' recorded ones by it. None where the backend keeps none."""
+    try:
+        return (c10d._get_default_group() if g is None else g)._get_sequence_number_for_group()
+    except Exception:  # noqa: BLE001  no default group yet, a wrapped or stand-in backend: no number to give
+        return None
+
+
 def _endpoint(init_method, store) -> str:
     if store is not None:
         return "store object"

@@ -70,13 +70,14 @@ def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | N
             static_cache[key] = hit
     frag, gname, static, _ = hit
     kind = spec.kind
+    cseq = describe.backend_seq(spec.arg(args, kwargs, "group")) if kind == "coll" else None
     with sink.lock:
         call_id = next(sink.ids)
         if kind == "coll":
             seq = _seq[gname] = _seq.get(gname, 0) + 1
         else:
             seq = 0 if kind == "init" else None  # init opens the world group's sequence
-        os.write(sink.fd, events.enter_line(sink.rank, call_id, time.time(), frag, seq))  # the hot path: no call more
+        os.write(sink.fd, events.enter_line(sink.rank, call_id, time.time(), frag, seq, cseq))  # the hot path
     if not static.get("async"):
         return call_id, None
     ev = {**static, "id": call_id}
