@@ -46,6 +46,7 @@ import catalogue_pages  # noqa: E402  docs/catalogue_pages.py, beside this file:
 import diagram_pages  # noqa: E402  docs/diagram_pages.py: the Concepts page's pictures, from one real run
 import error_pages  # noqa: E402  docs/error_pages.py: the index of error messages (docs/errors/)
 import route  # noqa: E402  docs/route.py: the learning path (Start here, the Labs menu)
+import scores_page  # noqa: E402  docs/scores_page.py: "How well does it diagnose?", from the scoreboard's JSON
 # tests/test_docs.py and tests/test_browser.py read these from the hook, as before the split
 from catalogue_pages import bug_order, docs_queries, error_message, fence, lab_of  # noqa: E402,F401
 
@@ -223,6 +224,8 @@ def gen(name: str) -> str:
         return route.markdown(prefix="")
     if name == "route":
         return route.markdown()
+    if name.startswith("scores"):
+        return scores_page.markdown(name)
     raise KeyError(f"unknown generated part {name!r}")
 
 
