@@ -1,0 +1,43 @@
+# case: ddp_unused_warmup_freeze
+# fixed: the warm-up counts the tokens of every rank (one all_reduce per step), so the ranks unfreeze on the same step
+# world: 3
+# nccl: yes
+"""A small language model under DDP keeps its embeddings frozen until 8 tokens have been seen, counting the tokens of
+every rank: all ranks unfreeze on the same step, so every parameter gets a gradient on all of them or on none."""
+import datetime
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(seconds=15))
+rank, world = dist.get_rank(), dist.get_world_size()
+device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.device("cpu")
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10)
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+torch.manual_seed(0)
+buckets = [torch.randint(0, 10, (4, n)) for n in (6, 6, 3)]  # sentences grouped by length, one bucket per rank
+tokens = buckets[rank].to(device)
+model = DistributedDataParallel(TinyLM().to(device), device_ids=[rank] if torch.cuda.is_available() else None)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+WARMUP_TOKENS, seen = 8, 0  # the head trains alone on the first tokens: the embeddings stay frozen
+for step in range(2):
+    batch = tokens[step * 2:step * 2 + 2]
+    count = torch.tensor([batch.numel()], device=device)
+    dist.all_reduce(count)  # the tokens every rank has seen this step
+    seen += count.item()
+    model.module.embed.requires_grad_(seen > WARMUP_TOKENS)
+    loss = torch.nn.functional.cross_entropy(model(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten())
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+dist.destroy_process_group()
