@@ -1,0 +1,33 @@
+# case: a2a_moe_local_splits
+# class: all_to_all
+# names: mismatch
+# world: 2
+# culprits: 0, 1
+# cause: all_to_all_single, line 31
+# nccl: yes
+"""MoE token dispatch with one expert per rank: each rank sends its tokens to their experts' ranks, but takes its
+own send counts as its receive counts, which holds only when the routing happens to be symmetric."""
+import datetime
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(seconds=15))
+rank, world = dist.get_rank(), dist.get_world_size()
+device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.device("cpu")
+
+torch.manual_seed(0)
+router = torch.nn.Linear(32, world).to(device)  # the same router on every rank
+torch.manual_seed(1 + rank)
+hidden = torch.randn(16, 32, device=device)  # this rank's 16 tokens
+with torch.no_grad():
+    expert = router(hidden).argmax(dim=1)  # the rank of each token's expert
+order = expert.argsort()
+send_counts = torch.bincount(expert, minlength=world)
+
+input_splits = send_counts.tolist()
+output_splits = send_counts.tolist()  # what this rank sends, not what it will receive
+received = torch.empty(sum(output_splits), 32, device=device)
+dist.all_to_all_single(received, hidden[order], output_splits, input_splits)
+print(f"rank {rank}: expert input {tuple(received.shape)}")
+dist.destroy_process_group()

@@ -1,0 +1,35 @@
+# case: p2p_cycle_pipeline
+# fixed: stage 0 receives each micro-batch's gradient before it sends the next activation (1F1B, like stage 1)
+# world: 2
+# nccl: no
+"""A two-stage pipeline over two micro-batches: both stages run one forward then one backward per micro-batch, so
+each send meets a posted recv."""
+import datetime
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(seconds=15))
+rank, world = dist.get_rank(), dist.get_world_size()
+device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.device("cpu")
+
+torch.manual_seed(0)
+layer = torch.nn.Linear(64, 64).to(device)
+micro_batches = [torch.randn(8, 64, device=device) for _ in range(2)]
+
+if rank == 0:  # first stage
+    for batch in micro_batches:
+        out = layer(batch)
+        dist.send(out.detach(), dst=1)
+        grad = torch.empty_like(out)
+        dist.recv(grad, src=1)
+        out.backward(grad)
+else:  # last stage
+    for _ in micro_batches:
+        activation = torch.empty(8, 64, device=device, requires_grad=True)
+        dist.recv(activation, src=0)
+        layer(activation).pow(2).mean().backward()
+        dist.send(activation.grad, dst=0)
+
+print(f"rank {rank}: grad norm {layer.weight.grad.norm():.4f}")
+dist.destroy_process_group()
