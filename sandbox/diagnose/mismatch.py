@@ -105,6 +105,12 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
             continue  # the same call, or different memberships: a group mismatch, named elsewhere
         camps = calls.camps(members, calls.FULL)
         culprits = calls.odd_ones(members, calls.FULL)
+        sites = {}
+        for r, q in sorted(members.items()):
+            sites.setdefault(q.get("site"), []).append(r)
+        if what == ["splits"] and len(sites) > 1:  # the same op from different lines: the lines are the camps
+            camps = sorted(sites.values(), key=lambda rs: (-len(rs), rs[0]))
+            culprits = sorted(min(camps, key=lambda rs: (len(rs), -min(rs))))
         ex = members[culprits[0]]
         full = "reduce op" in what
         # splits differ per rank even where they pair up: then each rank says its own
@@ -113,10 +119,10 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
                  f" at {members[rs[0]].get('site')}" for rs in said_by]
         if what == ["splits"]:  # name the pairs: who sends how much to whom, and what that peer expects
             pairs = calls.split_pairs(members)
-            parts = [f"{words.ranks(culprits)} {'calls' if len(culprits) == 1 else 'call'}"
-                     f" {words.signature(ex, full)} at {ex.get('site')}: "
+            parts = ["; ".join(f"rank {r} calls {words.signature(members[r], full)} at {members[r].get('site')}"
+                               for r in culprits) + ": "
                      + "; ".join(f"rank {a} sends {n} element{'s' if n != 1 else ''} to rank {b}, which expects {m}"
-                                 for a, b, n, m in pairs if a in culprits)]
+                                 for a, b, n, m in pairs if a in culprits or b in culprits)]
         branch = rank_branch_of(camps, members, tracks)
         done = sorted(r for r in members if tracks.get(r) is not None and tracks[r].passed.get((gname, seq)))
         if what == ["splits"]:  # only the ranks that received a wrong amount hold wrong data
