@@ -273,3 +273,30 @@ def test_start_here_shows_the_route_and_the_menu_follows_it(site):
     nav = re.findall(r'<label class="md-nav__link"[^>]*>\s*<span class="md-ellipsis">\s*([^<]+?)\s*</span>', home)
     parts = [t for t in nav if any(t == html.escape(p.title, quote=False) for p in route.ROUTE)]
     assert parts == [html.escape(p.title, quote=False) for p in route.ROUTE], nav
+
+
+def test_the_scores_page_shows_the_committed_scoreboard(site):
+    """The page "How well does it diagnose?" is built from benchmarks/scoreboard.json (and the NCCL one): every tool's
+    recall, precision, F1, helpfulness and noise as the JSON has them, when it was made and with what, and one row
+    per case of the corpus."""
+    page = open(os.path.join(site["dir"], "scores", "index.html"), encoding="utf-8").read()
+    text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", _article(page))))
+    assert "How well does it diagnose?" in text
+    path = os.path.join(ROOT, "benchmarks", "scoreboard.json")
+    if not os.path.exists(path):
+        assert "has not been run yet" in text
+        return
+    import datetime
+    data = json.load(open(path, encoding="utf-8"))
+    made = datetime.datetime.strptime(data["made"], "%Y-%m-%dT%H:%M:%SZ")
+    assert data["torch"] in text and f"{made.day} {made:%B %Y}" in text and data["command"] in text
+    for tool, s in data["scores"].items():
+        row = " | ".join(f"{s[k]:.2f}" if s[k] is not None else "–" for k in ("recall", "precision", "f1"))
+        figures = re.escape(row).replace(r"\ \|\ ", r"\s+")
+        assert re.search(figures, text), (tool, row)
+    for case in data["corpus"]:
+        assert case in text, case
+    nccl = os.path.join(ROOT, "benchmarks", "scoreboard-nccl.json")
+    if os.path.exists(nccl):
+        gpu = json.load(open(nccl, encoding="utf-8"))
+        assert gpu["torch"] in text and gpu["machine"].split(", ")[-1] in text  # the GPUs it ran on
