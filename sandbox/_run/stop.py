@@ -60,11 +60,14 @@ class Stopping:
         if asked is not None:
             self._await_flight(asked, FLIGHT_WAIT_S)
         self._pump(0)
-        for t in live:  # one by one, so the zygote reaps each and reports its exit status
-            try:
-                os.kill(t.pid, signal.SIGKILL)
-            except ProcessLookupError:  # it ended on its own meanwhile
-                pass
+        # every rank frozen first, then killed one by one (so the zygote reaps each and reports its exit status):
+        # a rank still running while a peer dies sees the connection close and prints gloo's error about it
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for t in live:
+                try:
+                    os.kill(t.pid, sig)
+                except ProcessLookupError:  # it ended on its own meanwhile
+                    pass
         log.info("ended ranks %s", [t.rank for t in live])
         if why == INTERRUPTED:
             self._kill()  # the user wants out: the zygote too, even if it is still starting or forking

@@ -44,6 +44,9 @@ def p2p(tracks, pend) -> Diagnosis | None:
         return Diagnosis(kind="p2p_cycle", cause=f"Point-to-point cycle: {steps}. {why[0].upper() + why[1:]}.{P2P_ADVICE}",
                          culprit_ranks=sorted(cycle), op=op_of(waits[cycle[0]]), site=waits[cycle[0]].get("site"),
                          details={"cycle": cycle})
+    m = missing(tracks, pend)
+    if m is not None and len(m.details.get("waiting", [])) > 1:
+        return m  # several ranks wait in a collective for one held in a point-to-point call: that one is missing
     for start in sorted(waits):
         chain = [start]  # rank 0 waits on 1, which waits on 2, ...: the last link is the one nothing will match
         while waits[chain[-1]]["peer"] in waits and waits[chain[-1]]["peer"] not in chain:
