@@ -1,0 +1,306 @@
+"""Simulated nodes: each a Linux network namespace with its own hostname, address and loopback, all plugged into one
+bridge that lives in a "switch" namespace of its own. Needs root; everything goes through the `ip` command and a few
+syscalls (Python 3.11 has no os.setns). Imports nothing of the sandbox's and no torch.
+
+Why this shape:
+- Nothing is created in the machine's own namespace, not even for a moment: veth pairs are made inside the switch
+  namespace with their far end born in the node's, the bridge has no address and no node a default route. A node
+  reaches the other nodes and its loopback; a connect anywhere else fails at once (ENETUNREACH), sending nothing.
+- Names carry a prefix, the owner's pid and a slot: `dsbx-<pid>-<slot>-sw`, `dsbx-<pid>-<slot>-n<i>`. The pid says
+  whose leftovers they are (a launcher killed with SIGKILL cannot clean up: the next Cluster removes what ended
+  owners left); the slot, unique on the machine while its cluster lives, picks the subnet 10.213.<slot>.0/24.
+- Names resolve through /etc/netns/<netns>/hosts, the file `ip netns exec` bind-mounts over /etc/hosts: kept, so a
+  person debugging by hand (`ip netns exec dsbx-...-n0 bash`) sees what the ranks see; `Node.enter()` makes the
+  same bind-mount itself, in a new mount namespace per process, so it never shows outside.
+- `Node.popen` enters the node in the child between fork and exec: no extra program starts (a run starts many
+  processes). `Node.wrap` does it with programs (`ip netns exec`, `unshare --uts`, `hostname`), for a caller with
+  threads, where Python warns that preexec_fn may deadlock.
+"""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import functools
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("sandbox.nodes")
+
+PREFIX = "dsbx"
+RUN_DIR = "/run/netns"  # where `ip netns add` pins a namespace (a bind mount of it)
+ETC_DIR = "/etc/netns"  # where `ip netns exec` finds per-namespace /etc files
+SUBNET = "10.213.{slot}.0/24"
+IP_TIMEOUT_S = 10.0  # one `ip` command; they take milliseconds, this only bounds a stuck one
+DIE_WAIT_S = 2.0     # processes killed in a namespace must be gone within this, or they are reported
+MAX_SLOTS = 256
+_OURS = re.compile(rf"^{PREFIX}-(\d+)-")
+
+_CLONE_NEWNET, _CLONE_NEWUTS, _CLONE_NEWNS = 0x40000000, 0x04000000, 0x00020000
+_MS_BIND, _MS_REC, _MS_SLAVE, _MNT_DETACH = 0x1000, 0x4000, 1 << 19, 2
+
+
+@functools.cache  # loaded once in the parent, so a child between fork and exec only calls into it
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
+
+
+def _ip(*args: str, batch: list[str] | None = None) -> None:
+    """Run `ip args` (with `-batch -` fed `batch` lines when given), bounded; raise with ip's own words on failure."""
+    argv = ["ip", *args] + (["-force", "-batch", "-"] if batch is not None else [])
+    p = subprocess.run(argv, input="\n".join(batch or []) + "\n", capture_output=True, text=True, timeout=IP_TIMEOUT_S)
+    if p.returncode != 0:
+        raise RuntimeError(f"`{' '.join(argv)}` failed: {(p.stderr or p.stdout).strip()}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    index: int
+    hostname: str  # node<i>, what socket.gethostname() says inside
+    address: str   # on the cluster's bridge; the hostname resolves to it on every node
+    netns: str     # the namespace's name, as `ip netns list` shows it
+
+    @property
+    def hosts_path(self) -> str:
+        return f"{ETC_DIR}/{self.netns}/hosts"
+
+    def enter(self) -> None:
+        """Move the calling process into this node: its network namespace, a new UTS namespace named `hostname`,
+        and a new mount namespace where /etc/hosts is the node's and /sys shows the node's interfaces (as
+        `ip netns exec` does). Only for a single-threaded process that will not go back (a fresh child: unshare of
+        the mount namespace fails where threads share the filesystem context)."""
+        libc = _libc()
+        fd = os.open(f"{RUN_DIR}/{self.netns}", os.O_RDONLY)
+        try:
+            _check(libc.setns(fd, _CLONE_NEWNET), f"setns {self.netns}")
+        finally:
+            os.close(fd)
+        _check(libc.unshare(_CLONE_NEWUTS | _CLONE_NEWNS), "unshare")
+        name = self.hostname.encode()
+        _check(libc.sethostname(name, len(name)), "sethostname")
+        # Mounts made below must not propagate back to the machine's mount namespace.
+        _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None), "mount --make-rslave /")
+        _check(libc.mount(self.hosts_path.encode(), b"/etc/hosts", None, _MS_BIND, None), "bind /etc/hosts")
+        _check(libc.umount2(b"/sys", _MNT_DETACH), "umount /sys")
+        _check(libc.mount(self.netns.encode(), b"/sys", b"sysfs", 0, None), "mount sysfs")
+
+    def popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        """subprocess.Popen(argv, **kw) with the child inside this node (see `enter`); a caller's own preexec_fn
+        runs after, already inside. Not for a caller with threads (use `wrap`)."""
+        theirs = kw.pop("preexec_fn", None)
+
+        def inside():
+            self.enter()
+            if theirs is not None:
+                theirs()
+        _libc()
+        return subprocess.Popen(argv, preexec_fn=inside, **kw)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """argv that runs `argv` inside this node through programs only (`ip netns exec` does the namespace, the
+        hosts file and /sys; `unshare --uts` and `hostname` the name): four more execs than `popen`, no preexec_fn."""
+        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
+                self.hostname, *argv]
+
+
+class Cluster:
+    """`with Cluster(nnodes=K) as c:` K nodes on a private bridge, gone again when the block ends however it ends
+    (a caller turns SIGTERM into an exception or a normal exit so that __exit__ runs; a SIGKILLed owner's
+    leftovers go at the next Cluster's start, or with `cleanup_stale()`)."""
+
+    def __init__(self, *, nnodes: int, owner_pid: int | None = None):
+        if not 1 <= nnodes <= 254:
+            raise ValueError(f"nnodes must be between 1 and 254 (one /24 subnet), not {nnodes}")
+        self.nnodes = nnodes
+        self.owner_pid = os.getpid() if owner_pid is None else owner_pid
+        self.slot: int | None = None
+        self.nodes: list[Node] = []
+
+    @property
+    def subnet(self) -> str:
+        return SUBNET.format(slot=self.slot)
+
+    @property
+    def switch(self) -> str:
+        return f"{PREFIX}-{self.owner_pid}-{self.slot}-sw"
+
+    def node(self, i: int) -> Node:
+        return self.nodes[i]
+
+    def names(self) -> list[str]:
+        """This cluster's namespaces, nodes first (a node's veth goes with it, then the bridge with the switch)."""
+        return [n.netns for n in self.nodes] + ([self.switch] if self.slot is not None else [])
+
+    def __enter__(self) -> Cluster:
+        t0 = time.monotonic()
+        os.makedirs(ETC_DIR, exist_ok=True)
+        # One lock for the whole machine around "which slot is free" and taking it, so two clusters starting at
+        # once cannot pick the same one; flock ends with its holder, so a killed one never leaves it held. Not on
+        # /run/netns: `ip netns add` flocks that folder itself, and would wait for us forever.
+        lock = os.open(ETC_DIR, os.O_RDONLY)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            cleanup_stale()
+            used = {int(n.split("-")[2]) for n in _ours(RUN_DIR) if re.match(rf"^{PREFIX}-\d+-\d+-", n)}
+            self.slot = min(set(range(MAX_SLOTS)) - used, default=None)
+            if self.slot is None:
+                raise RuntimeError(f"all {MAX_SLOTS} cluster subnets are in use; see `ip netns list`")
+            base = self.subnet.rsplit(".", 1)[0]
+            self.nodes = [Node(index=i, hostname=f"node{i}", address=f"{base}.{i + 1}",
+                               netns=f"{PREFIX}-{self.owner_pid}-{self.slot}-n{i}") for i in range(self.nnodes)]
+            _ip(batch=[f"netns add {ns}" for ns in self.names()])  # from here on the names hold the slot
+            os.close(lock)
+            lock = None
+            self._build()
+        except BaseException:
+            self.close()  # some of it may exist: `-force` goes on past a failing line
+            raise
+        finally:
+            if lock is not None:
+                os.close(lock)
+        log.info("cluster %s: %d nodes on %s in %.3f s", self.switch, self.nnodes, self.subnet, time.monotonic() - t0)
+        return self
+
+    def _build(self) -> None:
+        hosts = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n" + "".join(
+            f"{n.address} {n.hostname}\n" for n in self.nodes)
+        for n in self.nodes:
+            os.makedirs(os.path.dirname(n.hosts_path), exist_ok=True)
+            with open(n.hosts_path, "w") as f:
+                f.write(hosts)
+        # addrgenmode none: no IPv6 link-local addresses (nor their duplicate-address probing) on our links; the
+        # nodes talk IPv4 by name, and nothing should chatter on the bridge that a rank did not send.
+        sw = ["link add br0 type bridge forward_delay 0", "link set br0 addrgenmode none"]
+        for n in self.nodes:
+            sw += [f"link add v{n.index} type veth peer name eth0 netns {n.netns}",
+                   f"link set v{n.index} addrgenmode none", f"link set v{n.index} master br0 up"]
+        _ip("-n", self.switch, batch=sw + ["link set br0 up"])
+        for n in self.nodes:  # `-batch` lines cannot name a namespace: one `ip` per node
+            _ip("-n", n.netns, batch=["link set lo up", "link set eth0 addrgenmode none",
+                                      f"addr add {n.address}/24 dev eth0", "link set eth0 up"])
+
+    def close(self) -> list[str]:
+        """Remove everything of this cluster (idempotent, bounded); returns what could not be removed."""
+        t0, names, self.nodes, self.slot = time.monotonic(), self.names(), [], None
+        left = _remove(names)
+        for what in left:
+            log.warning("cluster teardown left %s", what)
+        log.info("cluster %s removed in %.3f s", names[-1] if names else "?", time.monotonic() - t0)
+        return left
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _ours(folder: str) -> list[str]:
+    """Names in `folder` that carry our prefix and an owner pid."""
+    try:
+        return sorted(n for n in os.listdir(folder) if _OURS.match(n))
+    except FileNotFoundError:  # nothing was ever put there on this machine
+        return []
+
+
+def _pids_in(inodes: set[int]) -> list[int]:
+    """Processes whose network namespace is one of `inodes` (what `ip netns pids` does, for many at once)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.stat(f"/proc/{d}/ns/net").st_ino in inodes:
+                    found.append(int(d))
+            except OSError:  # it ended meanwhile, or is a zombie (whose namespaces are already released)
+                pass
+    return found
+
+
+def _remove(names: list[str]) -> list[str]:
+    """End the processes still inside these namespaces (they would keep a namespace alive after its name is gone),
+    remove the names and the hosts folders. Bounded; returns what is left."""
+    inodes = set()
+    for ns in names:
+        try:
+            inodes.add(os.stat(f"{RUN_DIR}/{ns}").st_ino)
+        except OSError:  # never created, or already removed
+            pass
+    left = []
+    if inodes:
+        pids = _pids_in(inodes)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended on its own meanwhile
+                pass
+        deadline = time.monotonic() + DIE_WAIT_S
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.01)
+            pids = _pids_in(inodes)
+        left += [f"process {pid} inside a namespace of ours" for pid in pids]
+        try:
+            _ip(batch=[f"netns del {ns}" for ns in names if os.path.exists(f"{RUN_DIR}/{ns}")])
+        except (RuntimeError, subprocess.TimeoutExpired) as e:  # reported below as the names still there
+            log.warning("%s", e)
+    left += [f"netns {ns}" for ns in names if os.path.exists(f"{RUN_DIR}/{ns}")]
+    for ns in names:
+        shutil.rmtree(f"{ETC_DIR}/{ns}", ignore_errors=True)  # what remains is reported on the next line
+    left += [f"dir {ETC_DIR}/{ns}" for ns in names if os.path.exists(f"{ETC_DIR}/{ns}")]
+    return left
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie owner is as dead as a reaped one
+    except (OSError, IndexError):  # no such process
+        return False
+
+
+def leftovers(owner_pid: int | None = None) -> list[str]:
+    """What of ours exists now (of one owner, or of all): named namespaces (the interfaces, veths and bridges live
+    inside them and go with them), the mounts that pin them, and /etc/netns folders."""
+    def mine(name: str) -> bool:
+        return owner_pid is None or int(_OURS.match(name).group(1)) == owner_pid
+    out = [f"netns {n}" for n in _ours(RUN_DIR) if mine(n)] + [f"dir {ETC_DIR}/{n}" for n in _ours(ETC_DIR) if mine(n)]
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    return out + [f"mount {p}" for p in points if os.path.dirname(p) == RUN_DIR and _OURS.match(os.path.basename(p))
+                  and mine(os.path.basename(p))]
+
+
+def cleanup_stale() -> list[str]:
+    """Remove what clusters of owners that no longer exist left behind; returns the names removed."""
+    found = _ours(RUN_DIR) + _ours(ETC_DIR)
+    dead = {pid for pid in {int(_OURS.match(n).group(1)) for n in found} if not _alive(pid)}
+    names = sorted({n for n in found if int(_OURS.match(n).group(1)) in dead}, key=lambda n: n.endswith("-sw"))
+    if names:  # nodes first, switches last, as a cluster removes its own
+        log.info("removing leftovers of ended owners %s: %s", sorted(dead), names)
+        for what in _remove(names):
+            log.warning("stale cleanup left %s", what)
+    return names
+
+
+@functools.cache  # a probe costs two `ip` runs; the answer does not change while a process lives
+def available() -> tuple[bool, str]:
+    """(True, "") where simulated nodes can be made here, else (False, one sentence saying what is needed)."""
+    if not os.path.isdir("/proc/self/ns"):
+        return False, "simulated nodes need Linux network namespaces."
+    if os.geteuid() != 0:
+        return False, "simulated nodes need root (network namespaces and a bridge): run as root, e.g. in a container."
+    if shutil.which("ip") is None:
+        return False, "simulated nodes need the `ip` command (iproute2): install it, e.g. `apt-get install iproute2`."
+    probe = f"{PREFIX}-{os.getpid()}-probe"  # named like the rest, so a probe cut short is cleaned as stale
+    try:
+        _ip("netns", "add", probe)
+        _ip("netns", "del", probe)
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
+        return False, f"simulated nodes need `ip netns add` to work, and here it does not ({e})."
+    return True, ""
