@@ -104,8 +104,8 @@ def train_step(model, device):
 
 
 def checkpoint_dir(device):
-    """A fresh directory made by rank 0, its path sent to every rank (stands in for the job's shared checkpoint dir)."""
-    path = [tempfile.mkdtemp(prefix="ckpt-") if dist.get_rank() == 0 else None]
+    """A fresh dir made by rank 0 (in the sandbox's run dir, gone with the run), its path sent to every rank."""
+    path = [tempfile.mkdtemp(prefix="ckpt-", dir=os.environ.get("SANDBOX_RUN_DIR")) if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(path, src=0, device=device)
     return path[0]
 
