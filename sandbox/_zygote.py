@@ -48,6 +48,7 @@ import socket
 import sys
 
 from sandbox._proc import EARLY_EXIT, die_with_parent, report_failure
+from sandbox.nodes import Node
 
 PROTO_FD = 1  # the pipe (or socket) to the parent; moved off fd 1 so stray prints cannot corrupt it
 ORPHAN_CHECK_S = 0.25  # how often a zygote waiting for its ranks checks that its launcher is still alive
@@ -289,9 +290,16 @@ def run(spec_path: str, parent: int) -> None:
         return
     say(**info)
 
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))  # the OS picks the port: concurrent runs never collide
-    listener.listen(1024)
+    # several nodes: the store lives on node0 (as torchrun's agent store on the master node), made from here with
+    # this thread inside node0's network namespace; one node: on this machine's loopback, as ever
+    nodes = [Node(**n) for n in spec.get("nodes") or ()]
+
+    def master():
+        return nodes[0].net_inside() if nodes else contextlib.nullcontext()
+    with master():
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((nodes[0].address if nodes else "127.0.0.1", 0))  # the OS picks the port: runs never collide
+        listener.listen(1024)
     port = listener.getsockname()[1]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -303,6 +311,8 @@ def run(spec_path: str, parent: int) -> None:
             try:
                 listener.close()
                 os.close(PROTO_FD)
+                if nodes:  # into its node before anything of the rank's runs (single-threaded: just forked)
+                    nodes[r // spec["nproc_per_node"]].enter()
                 rank_mod.main(spec, r, port, zygote=me)  # ends the process itself once the user's code has run
             except BaseException:  # noqa: BLE001  the rank could not set itself up (log, stack file, tracer): say why
                 # fd 2 is the rank's log if it could be opened (the launcher shows it as the rank's output), else
@@ -312,9 +322,10 @@ def run(spec_path: str, parent: int) -> None:
                 os._exit(EARLY_EXIT)  # never unwind into the zygote's code
         pids[pid] = r
         say(rank=r, pid=pid)
-    with _signals_to_main_thread():
-        store = torch.distributed.TCPStore("127.0.0.1", port, spec["world_size"], True, wait_for_workers=False,
-                                           master_listen_fd=listener.fileno(), use_libuv=True)
+    with _signals_to_main_thread(), master():  # the store's own client connects to its listener, on node0 too
+        store = torch.distributed.TCPStore(nodes[0].address if nodes else "127.0.0.1", port, spec["world_size"],
+                                           True, wait_for_workers=False, master_listen_fd=listener.fileno(),
+                                           use_libuv=True)
     # wait for the ranks, waking for each exit (SIGCHLD) and every ORPHAN_CHECK_S to see whether the launcher is
     # still there: if its death signal was lost, the run must not outlive it
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # after the fork: the ranks keep their own mask

@@ -18,6 +18,7 @@ Why this shape:
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import functools
@@ -93,6 +94,27 @@ class Node:
         _check(libc.mount(self.hosts_path.encode(), b"/etc/hosts", None, _MS_BIND, None), "bind /etc/hosts")
         _check(libc.umount2(b"/sys", _MNT_DETACH), "umount /sys")
         _check(libc.mount(self.netns.encode(), b"/sys", b"sysfs", 0, None), "mount sysfs")
+
+    @contextlib.contextmanager
+    def net_inside(self):
+        """The calling thread in this node's network namespace for the block, then back: a socket made inside
+        stays in the node (so a process outside can host something there, as the zygote hosts the store on
+        node0), and a thread started inside starts there. Works in a process with threads (setns of a network
+        namespace is per thread)."""
+        libc = _libc()
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        try:
+            fd = os.open(f"{RUN_DIR}/{self.netns}", os.O_RDONLY)
+            try:
+                _check(libc.setns(fd, _CLONE_NEWNET), f"setns {self.netns}")
+            finally:
+                os.close(fd)
+            try:
+                yield self
+            finally:
+                _check(libc.setns(home, _CLONE_NEWNET), "setns back to the machine's network namespace")
+        finally:
+            os.close(home)
 
     def popen(self, argv: list[str], **kw) -> subprocess.Popen:
         """subprocess.Popen(argv, **kw) with the child inside this node (see `enter`); a caller's own preexec_fn

@@ -4,9 +4,12 @@
     python -m sandbox.run -n 4 --json -m mypkg.train
     python -m sandbox.run -n 2 --hang-after 2 --timeout 60 --timeline hang.png --stacks train.py
     python -m sandbox.run -n 2 -v --debug DETAIL train.py   # -v: what the sandbox itself does, timed, on stderr
+    python -m sandbox.run --nnodes 2 --nproc-per-node 2 train.py  # two simulated nodes (as root), two ranks each
 
 Every rank gets the environment torchrun gives (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT, GROUP_RANK, TORCHELASTIC_*), so a script that runs under torchrun runs here unchanged.
+MASTER_PORT, GROUP_RANK, TORCHELASTIC_*), so a script that runs under torchrun runs here unchanged;
+with --nnodes, each node's ranks run inside their own network namespace (node0, node1, ...) with torchrun's
+multi-node environment (MASTER_ADDR=node0, LOCAL_RANK counted per node, GROUP_RANK/NODE_RANK the node).
 A script (or -m module) that does not compile is reported once, as Python reports it, before any rank starts.
 Exit code: 0 when every rank succeeded, 1 when the run failed, hung or timed out (or the script does not compile,
 or with --strict it broke a contract: the report's last line says so), 2 on a usage error, 130/143 when
@@ -29,8 +32,13 @@ PROG = "python -m sandbox.run"
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = cli.Parser(prog=prog, description="Run a script as N ranks on this machine and diagnose hangs and failures.")
-    p.add_argument("-n", "--nproc", dest="n", type=cli.positive_int, default=2, metavar="N",
-                   help="number of ranks (default 2)")
+    p.add_argument("-n", "--nproc", dest="n", type=cli.positive_int, default=None, metavar="N",
+                   help="number of ranks, on one node (default 2)")
+    p.add_argument("--nnodes", type=cli.positive_int, default=1, metavar="K",
+                   help="simulated nodes, each its own network namespace, hostname and address (default 1; more "
+                        "needs root)")
+    p.add_argument("--nproc-per-node", type=cli.positive_int, default=None, metavar="P",
+                   help="ranks on each node (default 1 with --nnodes, as torchrun)")
     p.add_argument("--hang-after", type=cli.positive_seconds, default=defaults.HANG_AFTER_S, metavar="S",
                    help="call it a hang when every live rank has been stuck this long in calls nobody can complete "
                         f"(default {defaults.HANG_AFTER_S:g})")
@@ -110,6 +118,9 @@ def main(argv=None) -> int:
     cli.setup_logging(a.verbose)
     if a.module is None and a.script is None:
         p.error("give a script to run (or -m MODULE)")
+    if a.n is not None and (a.nnodes > 1 or a.nproc_per_node is not None):
+        p.error("-n is the number of ranks on one node: with --nnodes give --nproc-per-node instead")
+    world = a.n or 2 if a.nnodes == 1 and a.nproc_per_node is None else a.nnodes * (a.nproc_per_node or 1)
     if a.module is not None and a.script is not None:
         a.args = [a.script] + a.args
     source = a.script if a.module is None else module_file(a.module)
@@ -136,7 +147,7 @@ def main(argv=None) -> int:
     threading.Thread(target=_preload_report, daemon=True).start()
     strict_fail = False
     try:
-        res = run_script(a.module or a.script, a.args, world_size=a.n, module=a.module is not None,
+        res = run_script(a.module or a.script, a.args, world_size=world, nnodes=a.nnodes, module=a.module is not None,
                          hang_after=a.hang_after, timeout=a.timeout, trace_dir=a.trace_dir, gpu=a.gpu,
                          debug=a.debug, on_output=echo if live else None)
         strict_fail = res.ok and a.strict and bool(res.warnings)

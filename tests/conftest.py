@@ -10,6 +10,8 @@ import time
 import psutil
 import pytest
 
+from sandbox import nodes
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/scenarios.py is importable by the ranks
 
@@ -151,7 +153,8 @@ def clean():
     while sandbox_dirs() - dirs and time.monotonic() < deadline:
         time.sleep(0.02)
     assert sandbox_dirs() - dirs == set()
-    assert listening_ports() == set()
+    assert listening_ports() == set()  # of this machine's namespace: a simulated node's go with the node, next
+    assert nodes.leftovers(os.getpid()) == []  # namespaces, their mounts and hosts folders of runs made here
 
 
 def _build_site(dest: str) -> tuple[int, str]:

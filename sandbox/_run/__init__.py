@@ -6,6 +6,7 @@ Run with `-v` (or `logging.getLogger("sandbox").setLevel(logging.INFO)`) to see 
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -43,6 +44,8 @@ class Run(Starting, Watching, Stopping, Assembling):
     preload: modules the zygote imports before it forks, so every rank shares one import of them.
     warm: fork the run from this process's warm zygote (torch imported once per process: later runs cost a fork);
         None (default) means warm inside a Jupyter kernel, cold elsewhere (SANDBOX_WARM=1/0 overrides).
+    nnodes: spread the world_size ranks over this many simulated nodes (`sandbox.nodes`: a network namespace, a
+        hostname and an address each; needs root), world_size / nnodes on each, in rank order.
     The defaults of hang_after, timeout and pg_timeout are `sandbox.defaults`'.
     """
 
@@ -50,8 +53,9 @@ class Run(Starting, Watching, Stopping, Assembling):
                  gpu: bool = False, hang_after: float = defaults.HANG_AFTER_S, timeout: float = defaults.RUN_TIMEOUT_S,
                  pg_timeout: float = defaults.PG_TIMEOUT_S, env: dict | None = None, debug: str | None = None,
                  trace_dir: str | None = None, on_output: Callable[[int, str], None] | None = None,
-                 preload: list[str] | tuple = (), warm: bool | None = None):
+                 preload: list[str] | tuple = (), warm: bool | None = None, nnodes: int = 1):
         options.check(world_size, hang_after, timeout, pg_timeout, env)
+        options.check_nodes(world_size, nnodes)
         self.target, self.n = target, world_size
         self.settings = policy.Settings(hang_after=float(hang_after), timeout=float(timeout))
         self.on_output = on_output
@@ -60,7 +64,9 @@ class Run(Starting, Watching, Stopping, Assembling):
         self.spec = {"target": target, "world_size": world_size, "run_dir": self.dir, "gpu": gpu, "init": init,
                      "backend": backend, "pg_timeout_s": float(pg_timeout), "env": dict(env or {}),
                      "run_id": "sandbox-" + uuid.uuid4().hex[:8], "sys_path": list(sys.path),
-                     "preload": list(preload)}
+                     "preload": list(preload), "nproc_per_node": world_size // nnodes, "nodes": []}
+        self.nnodes = nnodes
+        self.cluster = None  # the simulated nodes (several only), made when the run starts
         self.env_extra = defaults.debug_env(debug)
         # --debug OFF: PyTorch's default, whatever this process's environment says
         self.env_unset = ("TORCH_DISTRIBUTED_DEBUG",) if debug is not None and not self.env_extra else ()
@@ -85,6 +91,7 @@ class Run(Starting, Watching, Stopping, Assembling):
         t0 = time.monotonic()
         with self._signals():
             try:
+                self._open_nodes()
                 self._start_and_watch()
                 if self.fatal is not None and self.fatal.get("usage"):
                     self._reap()
@@ -122,6 +129,15 @@ class Run(Starting, Watching, Stopping, Assembling):
             res = self._assemble(res.wall_s)
         return res
 
+    def _open_nodes(self) -> None:
+        """Several nodes: make them (inside the run's signal handling and cleanup, so no ending leaves them)."""
+        if self.nnodes > 1:
+            from sandbox import nodes
+
+            self.cluster = nodes.Cluster(nnodes=self.nnodes)
+            self.cluster.__enter__()
+            self.spec["nodes"] = [dataclasses.asdict(n) for n in self.cluster.nodes]
+
     def _cleanup(self) -> None:
         self._kill()
         if self.proc is not None:
@@ -131,6 +147,8 @@ class Run(Starting, Watching, Stopping, Assembling):
                 except subprocess.TimeoutExpired:  # see _reap: nothing more can be done to a SIGKILLed process
                     pass
             self.proc.close()
+        if self.cluster is not None:  # after the ranks: it ends what is still inside a node, then removes the nodes
+            self.cluster.close()
         for tail in list(self.tails.values()) + list(self.log_tails.values()):
             tail.close()
         if self.owns_dir:

@@ -51,3 +51,18 @@ def trace_dir(path: str) -> str:
     except OSError as e:
         raise UsageError(f"cannot use {path} as the trace directory: {e.strerror or e}.") from None
     return os.path.abspath(path)
+
+
+def check_nodes(world_size: int, nnodes) -> None:
+    """Several simulated nodes: a whole number that divides the ranks, and the privileges namespaces need (the
+    sentence `sandbox.nodes.available` gives, checked only when more than one node is asked for)."""
+    if not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 1:
+        raise UsageError(f"the number of nodes must be a whole number of at least 1, not {nnodes!r}.")
+    if world_size % nnodes:
+        raise UsageError(f"{world_size} ranks cannot be spread evenly over {nnodes} nodes.")
+    if nnodes > 1:
+        from sandbox import nodes  # namespaces are only touched when several nodes are asked for
+
+        ok, why = nodes.available()
+        if not ok:
+            raise UsageError(why)

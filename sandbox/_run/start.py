@@ -12,12 +12,15 @@ from sandbox.channel import Channel
 log = logging.getLogger("sandbox.launcher")
 
 
-def ranks_env(env_extra: dict, gpu: bool, run_dir: str, owns_dir: bool, unset: tuple = ()) -> dict:
-    """The zygote's (and so the ranks') environment: ours, with torchrun's choices for several workers per node."""
+def ranks_env(env_extra: dict, gpu: bool, run_dir: str, owns_dir: bool, unset: tuple = (),
+              nodes: bool = False) -> dict:
+    """The zygote's (and so the ranks') environment: ours, with torchrun's choices for several workers per node.
+    On several simulated nodes gloo and NCCL pick their interface as on a cluster (the hostname's address)."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does for several workers per node
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo pairs listen on loopback only
-    env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    if not nodes:
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo pairs listen on loopback only
+        env.setdefault("NCCL_SOCKET_IFNAME", "lo")
     env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # count GPUs without initialising CUDA before fork
     for name in unset:
         env.pop(name, None)
@@ -34,7 +37,8 @@ class Starting:
     """The start step of `sandbox._run.Run`."""
 
     def _start(self) -> None:
-        env = ranks_env(self.env_extra, self.spec["gpu"], self.dir, self.owns_dir, self.env_unset)
+        env = ranks_env(self.env_extra, self.spec["gpu"], self.dir, self.owns_dir, self.env_unset,
+                        nodes=bool(self.spec["nodes"]))
         spec_path = os.path.join(self.dir, "spec.pkl")
         with open(spec_path, "wb") as f:  # a file, not a pipe: writing it can never block on the zygote
             pickle.dump(self.spec, f)
