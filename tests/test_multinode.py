@@ -50,9 +50,45 @@ def sandbox_run(*args, signal_after=None) -> tuple[subprocess.Popen, str, str]:
     return p, out, err
 
 
+def links() -> set:
+    """The machine's own interfaces, by name."""
+    out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, timeout=T, check=True).stdout
+    return {line.split(":")[1].strip() for line in out.splitlines()}
+
+
 def assert_no_nodes_left(owner: int) -> None:
     """Nothing of the owner's cluster: namespaces (interfaces and bridge live in them), pinning mounts, folders."""
     assert nodes.leftovers(owner) == []
+
+
+def node_of(rank: int) -> str:
+    return f"node{rank // 2}"
+
+
+def where_am_i(tag):
+    """A function for launch(): where this rank runs, after an all_reduce across both nodes."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return tag, socket.gethostname(), os.environ["LOCAL_RANK"], os.environ["NODE_RANK"], int(t.item())
+
+
+@needs_nodes
+@pytest.mark.parametrize("warm", [False, True])
+def test_launch_with_nnodes(clean, warm):
+    from sandbox import launch, warm as zygotes
+
+    try:
+        res = launch(where_am_i, world_size=4, args=("x",), init=True, nnodes=2, warm=warm)
+    finally:
+        zygotes.shutdown()  # a warm zygote would live on with this process
+    assert res.ok, res.diagnosis.cause
+    assert [r.value for r in res.ranks] == [("x", node_of(r), str(r % 2), str(r // 2), 4) for r in range(4)]
+    # the clean fixture then checks that this process (the nodes' owner) has no namespace left
 
 
 @needs_nodes
@@ -83,6 +119,7 @@ def test_two_nodes_of_two_ranks_each(clean, tmp_path):
 @needs_nodes
 def test_a_mismatch_between_nodes_is_named_and_nothing_is_left(clean):
     # examples/mismatch.py: rank 2 (on node1) broadcasts while ranks 0, 1 (node0) and 3 (node1) all_reduce
+    before = links()
     p, out, err = sandbox_run("--nnodes", "2", "--nproc-per-node", "2", "--json",
                               os.path.join(ROOT, "examples", "mismatch.py"))
     assert p.returncode == 1, err
@@ -91,6 +128,7 @@ def test_a_mismatch_between_nodes_is_named_and_nothing_is_left(clean):
     assert d["ranks"][2]["pending"]["op"] == "broadcast" and d["ranks"][0]["pending"]["op"] == "all_reduce"
     assert [r["outcome"] for r in d["ranks"]] == ["hung"] * 4
     assert_no_nodes_left(p.pid)
+    assert links() == before  # no interface of the run's ever showed in (or stayed in) the machine's namespace
 
 
 @needs_nodes
