@@ -126,6 +126,7 @@ class RankResult:
     stack: str | None = None      # its Python stack (faulthandler, the user's frames) when the sandbox ended it
     pid: int | None = None
     value_bytes: bytes | None = field(default=None, repr=False)
+    host: str | None = None       # the hostname it ran on (its node's, on simulated nodes); None if it never said
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcome", Outcome(self.outcome))  # frozen: the one way to normalise a field
@@ -158,11 +159,11 @@ class RankResult:
         if err is None and outcome == Outcome.CRASHED and code is not None:
             err = {"type": "exit", "message": words.exit_words(code)}
         return cls(rank=t.rank, outcome=outcome, exit_code=code, pending=pending, error=err, output=output,
-                   stack=user_stack(t.stack), pid=t.pid, value_bytes=value)
+                   stack=user_stack(t.stack), pid=t.pid, value_bytes=value, host=(t.hello or {}).get("host"))
 
     def to_dict(self) -> dict:
         return {"rank": self.rank, "outcome": str(self.outcome), "exit_code": self.exit_code, "pending": self.pending,
-                "error": self.error, "pid": self.pid, "stack": self.stack, "output": self.output}
+                "error": self.error, "pid": self.pid, "stack": self.stack, "output": self.output, "host": self.host}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,7 @@ namespaces); skipped with the reason elsewhere."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -127,6 +128,10 @@ def test_a_mismatch_between_nodes_is_named_and_nothing_is_left(clean):
     assert (d["verdict"], d["diagnosis"]["kind"], d["diagnosis"]["culprit_ranks"]) == ("hang", "collective_mismatch", [2])
     assert d["ranks"][2]["pending"]["op"] == "broadcast" and d["ranks"][0]["pending"]["op"] == "all_reduce"
     assert [r["outcome"] for r in d["ranks"]] == ["hung"] * 4
+    # the node beside the rank: in the diagnosis's words, its details, and each rank's record
+    assert "rank 2 (node1)" in d["diagnosis"]["summary"], d["diagnosis"]["summary"]
+    assert d["diagnosis"]["details"]["nodes"] == {str(r): node_of(r) for r in range(4)}
+    assert [r["host"] for r in d["ranks"]] == [node_of(r) for r in range(4)]
     assert_no_nodes_left(p.pid)
     assert links() == before  # no interface of the run's ever showed in (or stayed in) the machine's namespace
 
@@ -180,3 +185,25 @@ def test_one_node_is_todays_run(clean, tmp_path):
     d = json.loads(out)
     assert [r["output"].strip() for r in d["ranks"]] == [f"ONE {os.uname()[1]} 127.0.0.1 False"] * 2
     assert_no_nodes_left(p.pid)
+
+
+@needs_nodes
+def test_the_report_names_each_ranks_node(clean):
+    p, out, err = sandbox_run("--nnodes", "2", "--nproc-per-node", "2", os.path.join(ROOT, "examples", "mismatch.py"))
+    assert p.returncode == 1, err
+    lines = out.splitlines()
+    assert lines[0].startswith("HANG [collective_mismatch]: 4 ranks in"), out
+    assert "rank 2 (node1) calls broadcast" in " ".join(out.split()), out
+    table = lines[lines.index(next(x for x in lines if x.startswith("rank ") and "outcome" in x)) + 1:][:4]
+    assert [row.split()[:3] for row in table] == [[str(r), f"({node_of(r)})", "hung"] for r in range(4)], out
+    assert_no_nodes_left(p.pid)
+
+
+def test_one_node_reports_keep_their_words(clean):
+    """The node is named only across several nodes: a one-node run's diagnosis and table are as before."""
+    from sandbox import launch
+    from sandbox.report import model
+
+    res = launch(socket.gethostname, world_size=2)
+    assert res.ok and {r.host for r in res.ranks} == {os.uname()[1]} == set(res.values)
+    assert [row.cells()[0] for row in model.build(res).rows] == ["0", "1"]

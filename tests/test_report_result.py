@@ -38,9 +38,9 @@ def test_verdicts_and_outcomes_are_enums_that_serialise_as_the_documented_string
                  "diagnosis": {"kind": "p2p_cycle", "summary": "c.", "culprit_ranks": [], "op": None, "group": None,
                                "seq": None, "site": None, "details": {}},
                  "ranks": [{"rank": 0, "outcome": "ok", "exit_code": 0, "pending": None, "error": None, "pid": 11,
-                            "stack": None, "output": "hi\n"},
+                            "stack": None, "output": "hi\n", "host": None},
                            {"rank": 1, "outcome": "hung", "exit_code": None, "pending": {"op": "send", "peer": 0},
-                            "error": None, "pid": 12, "stack": "s", "output": ""}]}
+                            "error": None, "pid": 12, "stack": "s", "output": "", "host": None}]}
     assert type(d["verdict"]) is str and type(d["ranks"][1]["outcome"]) is str  # plain JSON, no enum inside
     assert json.loads(json.dumps(d)) == d
     assert res.headline() == "HANG [p2p_cycle]: 2 ranks in 1.23 s"

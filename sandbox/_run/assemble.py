@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 
 from sandbox import events, policy
@@ -12,6 +13,7 @@ from sandbox._run.watch import INTERRUPTED
 from sandbox.result import Diagnosis, RankResult, RunResult
 
 LOG_CAP = 1 << 20           # the most of a rank's log a result carries (its tail)
+RANK_WORD = re.compile(r"\b[Rr]ank (\d+)\b(?! \()")  # 'rank 2', 'Rank 2' (not 'ranks 0-3', nor one already named)
 
 
 class Assembling:
@@ -51,6 +53,29 @@ class Assembling:
                                          output=rr.output or zlog) for rr in ranks]
         return ranks
 
+    def _on_nodes(self, ranks: list[RankResult]) -> list[RankResult]:
+        """Several nodes: a rank that never said where it ran (it died before its tracer started) is on the node
+        the run put it on."""
+        if not self.spec.get("nodes"):
+            return ranks
+        per = self.spec["nproc_per_node"]
+        return [rr if rr.host else dataclasses.replace(rr, host=self.spec["nodes"][rr.rank // per]["hostname"])
+                for rr in ranks]
+
+    def _named(self, diag: Diagnosis, ranks: list[RankResult]) -> Diagnosis:
+        """Several nodes: each 'rank N' the diagnosis says gets its node beside it ('rank 2 (node1)'), and its
+        details map every rank to its node. One node: the diagnosis as the rules said it."""
+        if not self.spec.get("nodes"):
+            return diag
+        host = {rr.rank: rr.host for rr in ranks}
+
+        def named(text: str) -> str:
+            return RANK_WORD.sub(lambda m: f"{m.group(0)} ({host[int(m.group(1))]})"
+                                 if host.get(int(m.group(1))) else m.group(0), text)
+        return dataclasses.replace(diag, cause=named(diag.cause), lead=named(diag.lead),
+                                   notes=tuple(named(n) for n in diag.notes),
+                                   details={**diag.details, "nodes": {str(r): h for r, h in host.items()}})
+
     def _assemble(self, wall: float) -> RunResult:
         self._pump(0)
         self._note_early_death()
@@ -64,7 +89,8 @@ class Assembling:
             diag = Diagnosis(kind="rank_error", cause=f"The ranks could not start: {self.fatal['fatal']}",
                              details={"traceback": self.fatal.get("traceback")})
         evs = sorted((e for t in self.tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
-        return RunResult(verdict=verdict, world_size=self.n, wall_s=wall, diagnosis=diag,
-                         ranks=self._rank_results(j.outcomes), events=evs,
+        ranks = self._on_nodes(self._rank_results(j.outcomes))
+        return RunResult(verdict=verdict, world_size=self.n, wall_s=wall, diagnosis=self._named(diag, ranks),
+                         ranks=ranks, events=evs,
                          run_dir=None if self.owns_dir else self.dir, pgid=self.proc.pid if self.proc else None,
                          ended_at=self.ended_at or time.time(), warnings=j.warnings)

@@ -33,7 +33,7 @@ def table(rows: tuple[model.Row, ...]) -> str:
     head = "".join(f'<th style="{_CELL}; font-weight: bold">{escape(h)}</th>' for h in model.COLUMNS)
     body = []
     for r in rows:
-        cells = [_span(str(r.rank), rank_colour(r.rank), True), _span(r.outcome, model.outcome_colour(r.outcome)),
+        cells = [_span(r.label, rank_colour(r.rank), True), _span(r.outcome, model.outcome_colour(r.outcome)),
                  _mono(r.pending), _mono(r.site)]
         body.append("<tr>" + "".join(f'<td style="{_CELL}">{c}</td>' for c in cells) + "</tr>")
     return (f'<table style="border-collapse: collapse; margin: 0.4em 0; background: transparent">'

@@ -50,9 +50,15 @@ class Row:
     outcome: str
     pending: str  # the call it was inside, short ('all_reduce #3 on [0, 1]'); '-' for a failed rank outside one
     site: str     # where: the pending call's site, else where its error was raised
+    node: str = ""  # its node's hostname, shown beside the rank when the run spanned several nodes
+
+    @property
+    def label(self) -> str:
+        """The rank cell: '2', or '2 (node1)' across nodes."""
+        return f"{self.rank} ({self.node})" if self.node else str(self.rank)
 
     def cells(self) -> tuple[str, str, str, str]:
-        return str(self.rank), self.outcome, self.pending, self.site
+        return self.label, self.outcome, self.pending, self.site
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,7 +174,9 @@ def broken_of(warnings) -> tuple[Broken, ...]:
 
 def build(res, logs: bool = True, max_log_lines: int = MAX_LOG_LINES) -> Report:
     """The report of a RunResult (or anything with its fields)."""
-    rows = tuple(Row(rank=r.rank, outcome=str(r.outcome), pending=pending_words(r), site=site(r)) for r in res.ranks)
+    several = len({r.host for r in res.ranks if r.host}) > 1  # one host: the table stays as it always was
+    rows = tuple(Row(rank=r.rank, outcome=str(r.outcome), pending=pending_words(r), site=site(r),
+                     node=r.host if several and r.host else "") for r in res.ranks)
     broken = broken_of(getattr(res, "warnings", ()))
     shown = tuple(log_of(r.rank, r.output, max_log_lines) for r in res.ranks if r.output) if logs else ()
     return Report(verdict=str(res.verdict), ok=res.verdict == "ok", headline=headline(res),

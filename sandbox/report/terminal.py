@@ -33,7 +33,7 @@ def draw(rep: model.Report, file=None) -> None:
     for col in model.COLUMNS:
         table.add_column(col, overflow="fold")
     for r in rep.rows:
-        table.add_row(Text(str(r.rank), style=_style(model.rank_colour(r.rank), bold=True)),
+        table.add_row(Text(r.label, style=_style(model.rank_colour(r.rank), bold=True)),
                       Text(r.outcome, style=_style(model.outcome_colour(r.outcome))), Text(r.pending), Text(r.site))
     console.print(table)
     if rep.logs:
