@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, wait_for
+from conftest import ROOT, still_running, wait_for
 from sandbox import nodes
 
 OK, WHY = nodes.available()
@@ -207,3 +207,29 @@ def test_one_node_reports_keep_their_words(clean):
     res = launch(socket.gethostname, world_size=2)
     assert res.ok and {r.host for r in res.ranks} == {os.uname()[1]} == set(res.values)
     assert [row.cells()[0] for row in model.build(res).rows] == ["0", "1"]
+
+
+@needs_nodes
+def test_a_sigkilled_launcher_leaves_nodes_only_until_the_next_cleanup(clean, tmp_path):
+    script = tmp_path / "wait.py"
+    script.write_text("import os, time\nprint('started', os.getpid(), flush=True)\ntime.sleep(300)\n")
+    trace = tmp_path / "trace"
+
+    def pids():  # every rank's pid, once each has said it is in its node
+        logs = [trace / f"rank-{r}.log" for r in range(4)]
+        said = [f.read_text().split() if f.exists() else [] for f in logs]
+        return [int(s[s.index("started") + 1]) for s in said] if all("started" in s for s in said) else None
+    p = subprocess.Popen([sys.executable, "-m", "sandbox.run", "--nnodes", "2", "--nproc-per-node", "2",
+                          "--trace-dir", str(trace), str(script)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        ranks = wait_for(pids, "the ranks to start", timeout=T)
+        assert len([x for x in nodes.leftovers(p.pid) if x.startswith("netns ")]) == 3
+    finally:
+        p.kill()  # SIGKILL: no cleanup in the launcher
+        p.wait(timeout=T)
+    assert still_running(ranks, grace=10) == []  # the zygote and its ranks die with their launcher, as today
+    left = sorted(x.split()[1] for x in nodes.leftovers(p.pid) if x.startswith("netns "))
+    assert len(left) == 3  # the twin: what the kill left, until someone cleans up
+    assert sorted(n for n in nodes.cleanup_stale() if n.startswith(f"dsbx-{p.pid}-")) == left
+    assert_no_nodes_left(p.pid)
