@@ -109,7 +109,8 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a fatal signal leaves its Python stack in the log
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     armed = recorder.arm(run_dir, rank)  # before the user's code creates a group: the recorder reads its size then
-    trace.start(os.path.join(run_dir, f"rank-{rank}.jsonl"), rank, world_size=ws, local_rank=rank % (per or ws), flight=armed)
+    trace.start(os.path.join(run_dir, f"rank-{rank}.jsonl"), rank, world_size=ws, local_rank=rank % (per or ws),
+                flight=armed)
     code = run_target(spec, rank)
     try:
         sys.stdout.flush()

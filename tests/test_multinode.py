@@ -125,7 +125,8 @@ def test_a_mismatch_between_nodes_is_named_and_nothing_is_left(clean):
                               os.path.join(ROOT, "examples", "mismatch.py"))
     assert p.returncode == 1, err
     d = json.loads(out)
-    assert (d["verdict"], d["diagnosis"]["kind"], d["diagnosis"]["culprit_ranks"]) == ("hang", "collective_mismatch", [2])
+    d_ = d["diagnosis"]
+    assert (d["verdict"], d_["kind"], d_["culprit_ranks"]) == ("hang", "collective_mismatch", [2])
     assert d["ranks"][2]["pending"]["op"] == "broadcast" and d["ranks"][0]["pending"]["op"] == "all_reduce"
     assert [r["outcome"] for r in d["ranks"]] == ["hung"] * 4
     # the node beside the rank: in the diagnosis's words, its details, and each rank's record
