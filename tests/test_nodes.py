@@ -135,7 +135,8 @@ def test_a_sigkilled_owner_leaves_nothing_after_cleanup(clean, by):
     assert len([x for x in left if x.startswith("netns ")]) == 3, left
     assert still_running([sleeper], grace=0) == [sleeper]  # orphaned inside node0
     if by == "cleanup_stale":
-        removed = nodes.cleanup_stale()
+        # only this owner's: a test running beside this one may have left a killed owner's nodes for a moment too
+        removed = [n for n in nodes.cleanup_stale() if n.startswith(f"dsbx-{owner.pid}-")]
         assert sorted(removed) == sorted(x.split()[1] for x in left if x.startswith("netns "))
     else:
         with nodes.Cluster(nnodes=1):
