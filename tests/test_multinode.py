@@ -225,12 +225,12 @@ def test_a_sigkilled_launcher_leaves_nodes_only_until_the_next_cleanup(clean, tm
                          stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=ROOT))
     try:
         ranks = wait_for(pids, "the ranks to start", timeout=T)
-        assert len([x for x in nodes.leftovers(p.pid) if x.startswith("netns ")]) == 3
+        made = {x.split()[1] for x in nodes.leftovers(p.pid) if x.startswith("netns ")}
+        assert len(made) == 3  # two nodes and their switch
     finally:
         p.kill()  # SIGKILL: no cleanup in the launcher
         p.wait(timeout=T)
     assert still_running(ranks, grace=10) == []  # the zygote and its ranks die with their launcher, as today
-    left = sorted(x.split()[1] for x in nodes.leftovers(p.pid) if x.startswith("netns "))
-    assert len(left) == 3  # the twin: what the kill left, until someone cleans up
-    assert sorted(n for n in nodes.cleanup_stale() if n.startswith(f"dsbx-{p.pid}-")) == left
+    # what the kill left goes now (a cluster starting beside this test under xdist may have removed it already)
+    assert {n for n in nodes.cleanup_stale() if n.startswith(f"dsbx-{p.pid}-")} <= made
     assert_no_nodes_left(p.pid)
