@@ -234,3 +234,20 @@ def test_a_sigkilled_launcher_leaves_nodes_only_until_the_next_cleanup(clean, tm
     # what the kill left goes now (a cluster starting beside this test under xdist may have removed it already)
     assert {n for n in nodes.cleanup_stale() if n.startswith(f"dsbx-{p.pid}-")} <= made
     assert_no_nodes_left(p.pid)
+
+
+@needs_nodes
+def test_an_error_on_node1_is_named_with_its_node_and_the_message_is_left_as_written(clean, tmp_path):
+    script = tmp_path / "err.py"
+    script.write_text("import os, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "if os.environ['RANK'] == '3':\n    raise ValueError('bad batch on rank 3')\n"
+                      "dist.all_reduce(torch.ones(1))\ndist.destroy_process_group()\n")
+    p, out, err = sandbox_run("--nnodes", "2", "--nproc-per-node", "2", "--json", str(script))
+    assert p.returncode == 1, err
+    d = json.loads(out)
+    assert (d["verdict"], d["diagnosis"]["culprit_ranks"]) == ("error", [3])
+    summary = d["diagnosis"]["summary"]
+    # the sandbox's words name the node; the rank's own message is quoted as it raised it
+    assert summary.startswith("Rank 3 (node1) raised ValueError: bad batch on rank 3 at "), summary
+    assert "rank 3 (node1) at" not in summary
+    assert_no_nodes_left(p.pid)

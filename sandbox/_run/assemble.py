@@ -8,12 +8,13 @@ import os
 import re
 import time
 
-from sandbox import events, policy
+from sandbox import events, policy, words
 from sandbox._run.watch import INTERRUPTED
 from sandbox.result import Diagnosis, RankResult, RunResult
 
 LOG_CAP = 1 << 20           # the most of a rank's log a result carries (its tail)
 RANK_WORD = re.compile(r"\b[Rr]ank (\d+)\b(?! \()")  # 'rank 2', 'Rank 2' (not 'ranks 0-3', nor one already named)
+QUOTED = re.compile(r"`[^`]*`")  # code the diagnosis quotes
 
 
 class Assembling:
@@ -68,10 +69,20 @@ class Assembling:
         if not self.spec.get("nodes"):
             return diag
         host = {rr.rank: rr.host for rr in ranks}
+        # the ranks' own words quoted in the diagnosis (their error messages, code in backticks) stay as they are
+        quoted = {q for rr in ranks if rr.error and rr.error.get("message")
+                  for q in (words.short(rr.error["message"]), *rr.error["message"].splitlines()) if q.strip()}
 
         def named(text: str) -> str:
-            return RANK_WORD.sub(lambda m: f"{m.group(0)} ({host[int(m.group(1))]})"
-                                 if host.get(int(m.group(1))) else m.group(0), text)
+            kept = [m.span() for m in QUOTED.finditer(text)] + [
+                m.span() for q in quoted for m in re.finditer(re.escape(q.strip()), text)]
+
+            def one(m):
+                r = int(m.group(1))
+                if not host.get(r) or any(a <= m.start() < b for a, b in kept):
+                    return m.group(0)
+                return f"{m.group(0)} ({host[r]})"
+            return RANK_WORD.sub(one, text)
         return dataclasses.replace(diag, cause=named(diag.cause), lead=named(diag.lead),
                                    notes=tuple(named(n) for n in diag.notes),
                                    details={**diag.details, "nodes": {str(r): h for r, h in host.items()}})
