@@ -140,10 +140,19 @@ class Cluster:
     (a caller turns SIGTERM into an exception or a normal exit so that __exit__ runs; a SIGKILLed owner's
     leftovers go at the next Cluster's start, or with `cleanup_stale()`)."""
 
-    def __init__(self, *, nnodes: int, owner_pid: int | None = None):
+    def __init__(self, *, nnodes: int, owner_pid: int | None = None, hostname_loopback: bool = False,
+                 cap: str | None = None):
+        """hostname_loopback: each node's hosts file also maps its own hostname to 127.0.1.1, first, as Debian's
+        installer writes /etc/hosts (so the node resolves its own name to a loopback address: what makes gloo
+        bind the loopback). cap: a rate (tc's words: "100mbit", "1gbit") every node's link is capped to, both
+        ways, from the start (`cap_link` changes it later)."""
         if not 1 <= nnodes <= 254:
             raise ValueError(f"nnodes must be between 1 and 254 (one /24 subnet), not {nnodes}")
+        if cap is not None:
+            tbf_args(cap)  # a bad rate is one sentence before anything is made
         self.nnodes = nnodes
+        self.hostname_loopback = hostname_loopback
+        self.cap = cap
         self.owner_pid = os.getpid() if owner_pid is None else owner_pid
         self.slot: int | None = None
         self.nodes: list[Node] = []
@@ -194,12 +203,12 @@ class Cluster:
         return self
 
     def _build(self) -> None:
-        hosts = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n" + "".join(
-            f"{n.address} {n.hostname}\n" for n in self.nodes)
+        cluster = "".join(f"{n.address} {n.hostname}\n" for n in self.nodes)
         for n in self.nodes:
             os.makedirs(os.path.dirname(n.hosts_path), exist_ok=True)
+            own = f"127.0.1.1 {n.hostname}\n" if self.hostname_loopback else ""  # first line wins a lookup
             with open(n.hosts_path, "w") as f:
-                f.write(hosts)
+                f.write(f"127.0.0.1 localhost\n{own}::1 localhost ip6-localhost ip6-loopback\n{cluster}")
         # addrgenmode none: no IPv6 link-local addresses (nor their duplicate-address probing) on our links; the
         # nodes talk IPv4 by name, and nothing should chatter on the bridge that a rank did not send.
         sw = ["link add br0 type bridge forward_delay 0", "link set br0 addrgenmode none"]
@@ -210,6 +219,38 @@ class Cluster:
         for n in self.nodes:  # `-batch` lines cannot name a namespace: one `ip` per node
             _ip("-n", n.netns, batch=["link set lo up", "link set eth0 addrgenmode none",
                                       f"addr add {n.address}/24 dev eth0", "link set eth0 up"])
+        if self.cap is not None:
+            for n in self.nodes:
+                self.cap_link(n.index, self.cap)
+
+    # Faults, injected from outside the node as a real one would strike: the processes do not take part.
+
+    def kill_node(self, i: int) -> list[int]:
+        """SIGKILL every process inside node i (a power cut, as its peers see it); returns their pids. The node
+        itself (namespace, address, link) stays, as a machine that reboots keeps its name and address."""
+        inode = os.stat(f"{RUN_DIR}/{self.nodes[i].netns}").st_ino
+        pids = _pids_in({inode})
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended on its own meanwhile
+                pass
+        return pids
+
+    def set_link(self, i: int, up: bool) -> None:
+        """Take node i's link down (a pulled cable: the switch port goes down, so does the node's carrier; TCP
+        connections over it stall rather than break, as on a real network) or bring it back up."""
+        _ip("-n", self.switch, "link", "set", f"v{i}", "up" if up else "down")
+
+    def cap_link(self, i: int, rate: str | None) -> None:
+        """Cap node i's link to `rate` both ways with a token bucket (tc's tbf: the kernel here has no netem, so
+        no delay or loss), or remove the cap with None."""
+        for ns, dev in ((self.nodes[i].netns, "eth0"), (self.switch, f"v{i}")):  # out of the node, into it
+            argv = ["tc", "-n", ns, "qdisc"] + (["replace", "dev", dev, "root", "tbf", *tbf_args(rate)]
+                                                 if rate is not None else ["del", "dev", dev, "root"])
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=IP_TIMEOUT_S)
+            if p.returncode != 0 and rate is not None:  # removing a cap that is not there is not a failure
+                raise RuntimeError(f"`{' '.join(argv)}` failed: {(p.stderr or p.stdout).strip()}")
 
     def close(self) -> list[str]:
         """Remove everything of this cluster (idempotent, bounded); returns what could not be removed."""
@@ -222,6 +263,21 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
+_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+def tbf_args(rate: str) -> list[str]:
+    """tc's tbf arguments for a rate such as "100mbit": a bucket of 10 ms of traffic (at least 64 KiB, a full TSO
+    segment, so big sends are not dropped whole), 50 ms of queue. ValueError in one sentence for a bad rate."""
+    m = _RATE.match(rate.strip().lower())
+    if m is None or float(m.group(1)) <= 0:
+        raise ValueError(f"a link rate is a number and a unit (bit, kbit, mbit or gbit), such as 100mbit, "
+                         f"not {rate!r}.")
+    bytes_per_s = float(m.group(1)) * _BITS[m.group(2)] / 8
+    return ["rate", rate.strip().lower(), "burst", str(max(65536, int(bytes_per_s / 100))), "latency", "50ms"]
 
 
 def _ours(folder: str) -> list[str]:

@@ -46,6 +46,8 @@ class Run(Starting, Watching, Stopping, Assembling):
         None (default) means warm inside a Jupyter kernel, cold elsewhere (SANDBOX_WARM=1/0 overrides).
     nnodes: spread the world_size ranks over this many simulated nodes (`sandbox.nodes`: a network namespace, a
         hostname and an address each; needs root), world_size / nnodes on each, in rank order.
+    node_options: with nnodes > 1, keyword arguments for `sandbox.nodes.Cluster` (`hostname_loopback=True`: each
+        node resolves its own name to 127.0.1.1; `cap="1gbit"`: every link capped to that rate).
     The defaults of hang_after, timeout and pg_timeout are `sandbox.defaults`'.
     """
 
@@ -53,9 +55,10 @@ class Run(Starting, Watching, Stopping, Assembling):
                  gpu: bool = False, hang_after: float = defaults.HANG_AFTER_S, timeout: float = defaults.RUN_TIMEOUT_S,
                  pg_timeout: float = defaults.PG_TIMEOUT_S, env: dict | None = None, debug: str | None = None,
                  trace_dir: str | None = None, on_output: Callable[[int, str], None] | None = None,
-                 preload: list[str] | tuple = (), warm: bool | None = None, nnodes: int = 1):
+                 preload: list[str] | tuple = (), warm: bool | None = None, nnodes: int = 1,
+                 node_options: dict | None = None):
         options.check(world_size, hang_after, timeout, pg_timeout, env)
-        options.check_nodes(world_size, nnodes)
+        options.check_nodes(world_size, nnodes, node_options)
         self.target, self.n = target, world_size
         self.settings = policy.Settings(hang_after=float(hang_after), timeout=float(timeout))
         self.on_output = on_output
@@ -65,7 +68,7 @@ class Run(Starting, Watching, Stopping, Assembling):
                      "backend": backend, "pg_timeout_s": float(pg_timeout), "env": dict(env or {}),
                      "run_id": "sandbox-" + uuid.uuid4().hex[:8], "sys_path": list(sys.path),
                      "preload": list(preload), "nproc_per_node": world_size // nnodes, "nodes": []}
-        self.nnodes = nnodes
+        self.nnodes, self.node_options = nnodes, dict(node_options or {})
         self.cluster = None  # the simulated nodes (several only), made when the run starts
         self.env_extra = defaults.debug_env(debug)
         # --debug OFF: PyTorch's default, whatever this process's environment says
@@ -134,7 +137,7 @@ class Run(Starting, Watching, Stopping, Assembling):
         if self.nnodes > 1:
             from sandbox import nodes
 
-            self.cluster = nodes.Cluster(nnodes=self.nnodes)
+            self.cluster = nodes.Cluster(nnodes=self.nnodes, **self.node_options)
             self.cluster.__enter__()
             self.spec["nodes"] = [dataclasses.asdict(n) for n in self.cluster.nodes]
 

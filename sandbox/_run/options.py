@@ -53,9 +53,10 @@ def trace_dir(path: str) -> str:
     return os.path.abspath(path)
 
 
-def check_nodes(world_size: int, nnodes) -> None:
-    """Several simulated nodes: a whole number that divides the ranks, and the privileges namespaces need (the
-    sentence `sandbox.nodes.available` gives, checked only when more than one node is asked for)."""
+def check_nodes(world_size: int, nnodes, node_options: dict | None = None) -> None:
+    """Several simulated nodes: a whole number that divides the ranks, the privileges namespaces need (the
+    sentence `sandbox.nodes.available` gives, checked only when more than one node is asked for), and options the
+    nodes know."""
     if not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 1:
         raise UsageError(f"the number of nodes must be a whole number of at least 1, not {nnodes!r}.")
     if world_size % nnodes:
@@ -66,3 +67,14 @@ def check_nodes(world_size: int, nnodes) -> None:
         ok, why = nodes.available()
         if not ok:
             raise UsageError(why)
+    known = {"hostname_loopback", "cap"}
+    if node_options and (nnodes == 1 or set(node_options) - known):
+        raise UsageError(f"node options ({', '.join(sorted(known))}) apply to several nodes only, and these are "
+                         f"not all known: {sorted(node_options)}.")
+    if (node_options or {}).get("cap") is not None:
+        from sandbox import nodes
+
+        try:
+            nodes.tbf_args(node_options["cap"])
+        except ValueError as e:
+            raise UsageError(str(e)) from None
