@@ -53,6 +53,17 @@ def positive_int(text: str) -> int:
     return v
 
 
+def non_negative_int(text: str) -> int:
+    """A count that may be none (of restarts): a whole number, at least 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 0")
+    return v
+
+
 def positive_seconds(text: str) -> float:
     """A duration: a positive, finite number of seconds."""
     try:

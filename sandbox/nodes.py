@@ -203,7 +203,11 @@ class Cluster:
         return self
 
     def _build(self) -> None:
-        cluster = "".join(f"{n.address} {n.hostname}\n" for n in self.nodes)
+        # Each node also under its IPv4-mapped IPv6 form, last (lookups by name still give the IPv4 address
+        # first): torch's store listens dual-stack, sees its peers as ::ffff:a.b.c.d, and looks that name up;
+        # without the line every rank logs "[c10d] The hostname of the client socket cannot be retrieved".
+        cluster = "".join(f"{n.address} {n.hostname}\n" for n in self.nodes) + "".join(
+            f"::ffff:{n.address} {n.hostname}\n" for n in self.nodes)
         for n in self.nodes:
             os.makedirs(os.path.dirname(n.hosts_path), exist_ok=True)
             own = f"127.0.1.1 {n.hostname}\n" if self.hostname_loopback else ""  # first line wins a lookup

@@ -39,6 +39,17 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "needs root)")
     p.add_argument("--nproc-per-node", type=cli.positive_int, default=None, metavar="P",
                    help="ranks on each node (default 1 with --nnodes, as torchrun)")
+    p.add_argument("--launcher", choices=["sandbox", "torchrun"], default="sandbox",
+                   help="sandbox: the sandbox starts the ranks (fast; default); torchrun: PyTorch's own elastic agent "
+                        "on every simulated node (needs --nnodes 2 or more): its rendezvous, its restarts")
+    p.add_argument("--max-restarts", type=cli.non_negative_int, default=0, metavar="N",
+                   help="with --launcher torchrun: how often torchrun may restart the workers (default 0)")
+    p.add_argument("--kill-node", action="append", default=[], metavar="NODE@WHEN",
+                   help="with --launcher torchrun: kill every process on a node at a time (1@3s) or when a rank "
+                        "enters its k-th call (1@rank2:5); the node comes back with a fresh agent")
+    p.add_argument("--link-down", action="append", default=[], metavar="NODE@WHEN+FOR",
+                   help="with --launcher torchrun: take a node's link down for a while (1@3s+5s)")
+    p.add_argument("--cap", metavar="RATE", help="cap every node's link to RATE both ways (100mbit, 1gbit)")
     p.add_argument("--hang-after", type=cli.positive_seconds, default=defaults.HANG_AFTER_S, metavar="S",
                    help="call it a hang when every live rank has been stuck this long in calls nobody can complete "
                         f"(default {defaults.HANG_AFTER_S:g})")
@@ -121,6 +132,22 @@ def main(argv=None) -> int:
     if a.n is not None and (a.nnodes > 1 or a.nproc_per_node is not None):
         p.error("-n is the number of ranks on one node: with --nnodes give --nproc-per-node instead")
     world = a.n or 2 if a.nnodes == 1 and a.nproc_per_node is None else a.nnodes * (a.nproc_per_node or 1)
+    torchrun = a.launcher == "torchrun"
+    if not torchrun and (a.kill_node or a.link_down or a.max_restarts):
+        p.error("--kill-node, --link-down and --max-restarts need --launcher torchrun")
+    if (torchrun or a.cap) and a.nnodes < 2:
+        p.error("--launcher torchrun and --cap run on simulated nodes: give --nnodes 2 or more")
+    if torchrun and (a.gpu or a.timeline):
+        p.error("--launcher torchrun runs CPU ranks and draws no timeline yet: leave out --gpu and --timeline")
+    faults = []
+    for kind, texts in (("kill-node", a.kill_node), ("link-down", a.link_down)):
+        for text in texts:
+            from sandbox import agents
+
+            try:
+                faults.append(agents.parse_fault("kill" if kind == "kill-node" else kind, text))
+            except ValueError as e:
+                p.error(str(e).replace("--kill fault", "--kill-node fault").rstrip("."))
     if a.module is not None and a.script is not None:
         a.args = [a.script] + a.args
     source = a.script if a.module is None else module_file(a.module)
@@ -146,10 +173,20 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     threading.Thread(target=_preload_report, daemon=True).start()
     strict_fail = False
+    node_options = {"cap": a.cap} if a.cap else None
     try:
-        res = run_script(a.module or a.script, a.args, world_size=world, nnodes=a.nnodes, module=a.module is not None,
-                         hang_after=a.hang_after, timeout=a.timeout, trace_dir=a.trace_dir, gpu=a.gpu,
-                         debug=a.debug, on_output=echo if live else None)
+        if torchrun:
+            from sandbox import agents
+
+            res = agents.run_script(a.module or a.script, a.args, module=a.module is not None, nnodes=a.nnodes,
+                                    nproc_per_node=a.nproc_per_node or 1, max_restarts=a.max_restarts,
+                                    hang_after=a.hang_after, timeout=a.timeout, trace_dir=a.trace_dir,
+                                    node_options=node_options, faults=faults, debug=a.debug)
+        else:
+            res = run_script(a.module or a.script, a.args, world_size=world, nnodes=a.nnodes,
+                             module=a.module is not None, hang_after=a.hang_after, timeout=a.timeout,
+                             trace_dir=a.trace_dir, gpu=a.gpu, debug=a.debug, on_output=echo if live else None,
+                             node_options=node_options)
         strict_fail = res.ok and a.strict and bool(res.warnings)
         code = 0 if res.ok and not strict_fail else 1
     except UsageError as e:

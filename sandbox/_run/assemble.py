@@ -64,28 +64,7 @@ class Assembling:
                 for rr in ranks]
 
     def _named(self, diag: Diagnosis, ranks: list[RankResult]) -> Diagnosis:
-        """Several nodes: each 'rank N' the diagnosis says gets its node beside it ('rank 2 (node1)'), and its
-        details map every rank to its node. One node: the diagnosis as the rules said it."""
-        if not self.spec.get("nodes"):
-            return diag
-        host = {rr.rank: rr.host for rr in ranks}
-        # the ranks' own words quoted in the diagnosis (their error messages, code in backticks) stay as they are
-        quoted = {q for rr in ranks if rr.error and rr.error.get("message")
-                  for q in (words.short(rr.error["message"]), *rr.error["message"].splitlines()) if q.strip()}
-
-        def named(text: str) -> str:
-            kept = [m.span() for m in QUOTED.finditer(text)] + [
-                m.span() for q in quoted for m in re.finditer(re.escape(q.strip()), text)]
-
-            def one(m):
-                r = int(m.group(1))
-                if not host.get(r) or any(a <= m.start() < b for a, b in kept):
-                    return m.group(0)
-                return f"{m.group(0)} ({host[r]})"
-            return RANK_WORD.sub(one, text)
-        return dataclasses.replace(diag, cause=named(diag.cause), lead=named(diag.lead),
-                                   notes=tuple(named(n) for n in diag.notes),
-                                   details={**diag.details, "nodes": {str(r): h for r, h in host.items()}})
+        return on_nodes(diag, ranks) if self.spec.get("nodes") else diag
 
     def _assemble(self, wall: float) -> RunResult:
         self._pump(0)
@@ -105,3 +84,26 @@ class Assembling:
                          ranks=ranks, events=evs,
                          run_dir=None if self.owns_dir else self.dir, pgid=self.proc.pid if self.proc else None,
                          ended_at=self.ended_at or time.time(), warnings=j.warnings)
+
+
+def on_nodes(diag: Diagnosis, ranks: list[RankResult]) -> Diagnosis:
+    """A run on several nodes: each 'rank N' the diagnosis says gets its node beside it ('rank 2 (node1)'), and its
+    details map every rank to its node (both launchers use this)."""
+    host = {rr.rank: rr.host for rr in ranks}
+    # the ranks' own words quoted in the diagnosis (their error messages, code in backticks) stay as they are
+    quoted = {q for rr in ranks if rr.error and rr.error.get("message")
+              for q in (words.short(rr.error["message"]), *rr.error["message"].splitlines()) if q.strip()}
+
+    def named(text: str) -> str:
+        kept = [m.span() for m in QUOTED.finditer(text)] + [
+            m.span() for q in quoted for m in re.finditer(re.escape(q.strip()), text)]
+
+        def one(m):
+            r = int(m.group(1))
+            if not host.get(r) or any(a <= m.start() < b for a, b in kept):
+                return m.group(0)
+            return f"{m.group(0)} ({host[r]})"
+        return RANK_WORD.sub(one, text)
+    return dataclasses.replace(diag, cause=named(diag.cause), lead=named(diag.lead),
+                               notes=tuple(named(n) for n in diag.notes),
+                               details={**diag.details, "nodes": {str(r): h for r, h in host.items()}})

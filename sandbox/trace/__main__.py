@@ -5,31 +5,84 @@
 
 Each rank writes `rank-<RANK>.jsonl` into the trace directory, and `stack-<RANK>.txt` when torchrun ends it. The
 target runs through the same runner as a sandbox rank's (`sandbox.rank.run_target`): the same error record, the
-same traceback without the sandbox's frames.
+same traceback without the sandbox's frames. When torchrun restarts its workers, each moves its earlier attempt's
+files to `attempts/<k>/` first, so the directory holds the last attempt and every earlier one stays readable.
 """
 from __future__ import annotations
 
 import argparse
 import faulthandler
 import os
+import shutil
 import signal
 import sys
+import threading
+import time
 
 from sandbox import rank as rank_runner
 from sandbox import trace
 from sandbox.trace import recorder
 
 
+ATTEMPT_FILES = ("rank-{r}.jsonl", "fr-{r}.pkl", "stack-{r}.txt", "rank-{r}.log")
+
+
+def keep_attempt(trace_dir: str, rank: int) -> str:
+    """Move this rank's files of an earlier attempt to <trace_dir>/attempts/<k>/ (k = 0, 1, ...: the first where
+    this rank has none yet; every rank restarts together, so attempt k holds the same run for all). Each rank moves
+    only its own files, so workers starting at once never race. Returns the folder."""
+    k = 0
+    while os.path.exists(os.path.join(trace_dir, "attempts", str(k), f"rank-{rank}.jsonl")):
+        k += 1
+    dest = os.path.join(trace_dir, "attempts", str(k))
+    os.makedirs(dest, exist_ok=True)
+    meta = os.path.join(trace_dir, "meta.json")
+    if os.path.exists(meta) and not os.path.exists(os.path.join(dest, "meta.json")):
+        shutil.copy(meta, dest)  # so `sandbox.diagnose attempts/<k>` reads it as any trace directory
+    for name in ATTEMPT_FILES:
+        src = os.path.join(trace_dir, name.format(r=rank))
+        if os.path.exists(src):
+            os.replace(src, os.path.join(dest, name.format(r=rank)))
+    return dest
+
+
+WATCH_ENV = "SANDBOX_WATCH_PID"  # set by the sandbox's torchrun launcher (sandbox.agents): its pid
+
+
+def _end_with(pid: int) -> None:
+    """Under the sandbox's torchrun launcher: end this worker when the launcher is gone (SIGKILLed, it cannot end
+    torchrun's workers, which run in sessions of their own)."""
+    while True:
+        time.sleep(0.5)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m sandbox.trace",
                                 description="Run a script with every torch.distributed call traced (use under torchrun).")
     p.add_argument("--trace-dir", default="sandbox-traces", help="where each rank writes rank-<RANK>.jsonl")
+    p.add_argument("--rank-log", action="store_true",
+                   help="write the rank's stdout and stderr to rank-<RANK>.log in the trace directory")
     p.add_argument("-m", dest="module", action="store_true", help="run a module (like python -m) instead of a file")
     p.add_argument("target")
     p.add_argument("args", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
+    if os.environ.get(WATCH_ENV):
+        threading.Thread(target=_end_with, args=(int(os.environ[WATCH_ENV]),), daemon=True).start()
     os.makedirs(a.trace_dir, exist_ok=True)
+    if os.path.exists(os.path.join(a.trace_dir, f"rank-{rank}.jsonl")):
+        keep_attempt(a.trace_dir, rank)  # torchrun restarted the workers: the trace dir holds the last attempt
+    if a.rank_log:
+        out = os.open(os.path.join(a.trace_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
     trace.install()
     armed = recorder.arm(a.trace_dir, rank)  # the Flight Recorder's dump beside the trace: fr-<RANK>.pkl
     trace.start(os.path.join(a.trace_dir, f"rank-{rank}.jsonl"), rank,
