@@ -26,14 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 
-from sandbox import defaults, events, flight, nodes, policy, words
+from sandbox import defaults, events, faults as faultlib, flight, nodes, policy
 from sandbox._run import options
 from sandbox._run.assemble import on_nodes
 from sandbox._run.options import Interrupted, UsageError
 from sandbox._run.start import ranks_env
-from sandbox.result import Diagnosis, RankResult, RunResult
+from sandbox.result import RankResult, RunResult
 
 log = logging.getLogger("sandbox.launcher")
 
@@ -46,63 +45,31 @@ WATCH_ENV = "SANDBOX_WATCH_PID"  # the launcher's pid, for workers that must not
 RESTARTED = re.compile(r"restart_count=(\d+)")  # torchrun's "Rendezvous complete for workers. Result: ..." line
 
 
-@dataclass(frozen=True, kw_only=True)
-class Fault:
-    """A fault the sandbox injects from outside the nodes. kind: "kill" (every process on the node) or "link-down"
-    (the node's link, for `for_s` seconds). When: `at_s` seconds into the run, or when rank `at_call[0]` enters its
-    `at_call[1]`-th traced call."""
-    kind: str
-    node: int
-    at_s: float | None = None
-    at_call: tuple[int, int] | None = None
-    for_s: float | None = None
-
-    def when(self) -> str:
-        return f"at {self.at_s:g} s" if self.at_s is not None else \
-            f"when rank {self.at_call[0]} entered its call {self.at_call[1]}"
-
-
-FAULT_FORM = re.compile(r"^(\d+)@(?:(\d+(?:\.\d+)?)s|rank(\d+):(\d+))(?:\+(\d+(?:\.\d+)?)s)?$")
-
-
-def parse_fault(kind: str, text: str) -> Fault:
-    """`NODE@3s`, `NODE@rank2:5` (rank 2's 5th call), and for link-down a duration: `NODE@3s+5s`. ValueError in one
-    sentence otherwise."""
-    m = FAULT_FORM.match(text.strip())
-    if m is None or (kind == "link-down") != (m.group(5) is not None) or (m.group(4) and int(m.group(4)) < 1):
-        form = "NODE@3s+5s (down at 3 s, for 5 s)" if kind == "link-down" else "NODE@3s or NODE@rank2:5"
-        raise ValueError(f"a --{kind} fault reads {form}, not {text!r}.")
-    return Fault(kind=kind, node=int(m.group(1)), at_s=float(m.group(2)) if m.group(2) else None,
-                 at_call=(int(m.group(3)), int(m.group(4))) if m.group(3) else None,
-                 for_s=float(m.group(5)) if m.group(5) else None)
-
-
 class AgentsRun:
     """One run of a script under real torchrun agents, one per simulated node (see the module's docstring)."""
 
     def __init__(self, target: dict, *, nnodes: int, nproc_per_node: int, max_restarts: int = 0,
                  hang_after: float = defaults.HANG_AFTER_S, timeout: float = defaults.RUN_TIMEOUT_S,
-                 trace_dir: str | None = None, node_options: dict | None = None, faults: list[Fault] = (),
+                 trace_dir: str | None = None, node_options: dict | None = None, faults: list[faultlib.Fault] = (),
                  env: dict | None = None, debug: str | None = None):
         world = nnodes * nproc_per_node
         options.check(world, hang_after, timeout, defaults.PG_TIMEOUT_S, env)
         options.check_nodes(world, nnodes, node_options)
         if nnodes < 2:
             raise UsageError("--launcher torchrun runs on simulated nodes: give --nnodes 2 or more.")
-        for f in faults:
-            if not 0 <= f.node < nnodes or (f.at_call and not 0 <= f.at_call[0] < world):
-                raise UsageError(f"a {f.kind} fault names node {f.node}{f' and rank {f.at_call[0]}' if f.at_call else ''}"
-                                 f", and this run has nodes 0-{nnodes - 1}, ranks 0-{world - 1}.")
+        wrong = faultlib.check(list(faults), nnodes, world)
+        if wrong:
+            raise UsageError(wrong)
         self.target, self.n, self.nnodes, self.per = target, world, nnodes, nproc_per_node
         self.max_restarts = max_restarts
         self.settings = policy.Settings(hang_after=float(hang_after), timeout=float(timeout))
         self.node_options, self.faults = dict(node_options or {}), list(faults)
+        self.schedule: faultlib.Schedule | None = None
         self.owns_dir = trace_dir is None
         self.dir = tempfile.mkdtemp(prefix="sandbox-run-") if trace_dir is None else options.trace_dir(trace_dir)
         self.env = dict(env or {}, **defaults.debug_env(debug))
         self.cluster: nodes.Cluster | None = None
         self.agents: dict[int, subprocess.Popen] = {}
-        self.injected: list[dict] = []  # what was done to the nodes, when: the report's notes and the timeline
         self.held: list[int] = []
         self.stopped_for: str | None = None
         self.detect_s: float | None = None
@@ -143,6 +110,9 @@ class AgentsRun:
         with self._signals():
             try:
                 self.cluster = nodes.Cluster(nnodes=self.nnodes, **self.node_options).__enter__()
+                self.schedule = faultlib.Schedule(self.faults, self.cluster, on_kill=self._reboot,
+                                                  after_kill=": its torchrun agent and its workers; it came back "
+                                                             "with a fresh agent")
                 for i in range(self.nnodes):
                     self._start_agent(i)
                 self._watch(t0)
@@ -180,7 +150,7 @@ class AgentsRun:
             if self.held:
                 return self._stop("interrupted")
             tracks = self._tracks()
-            self._inject(now - t0, tracks)
+            self.schedule.poll(now - t0, lambda r: faultlib.calls_entered(tracks[r]) if r in tracks else 0)
             ended = [i for i, a in self.agents.items() if a.poll() is not None]
             if len(ended) == len(self.agents):
                 return
@@ -190,7 +160,7 @@ class AgentsRun:
                 # the job is over (torchrun gave up, or finished without them): the agents left are waiting for a
                 # rendezvous that will not come, as a node that rejoined after the others stopped would
                 waiting = [f"node{i}" for i in self.agents if i not in ended]
-                self.injected.append({"t": time.time(), "elapsed": now - t0, "node": None, "kind": "end",
+                self.schedule.injected.append({"t": time.time(), "elapsed": now - t0, "node": None, "kind": "end",
                                       "what": f"the torchrun agent on {', '.join(waiting)} was still waiting for a "
                                               f"rendezvous {AGENTS_GRACE_S:g} s after the job ended; the sandbox "
                                               "ended it"})
@@ -208,30 +178,10 @@ class AgentsRun:
                 self._stacks(live)
                 return self._stop(policy.HANG)
 
-    def _inject(self, elapsed: float, tracks: dict) -> None:
-        for f in list(self.faults):
-            calls = _calls(tracks[f.at_call[0]]) if f.at_call and f.at_call[0] in tracks else 0
-            due = (f.at_s is not None and elapsed >= f.at_s) or (f.at_call is not None and calls >= f.at_call[1])
-            if not due:
-                continue
-            self.faults.remove(f)
-            name = self.cluster.node(f.node).hostname
-            if f.kind == "kill":
-                pids = self.cluster.kill_node(f.node)
-                self._reap_agent(f.node)
-                self.injected.append({"t": time.time(), "elapsed": elapsed, "node": f.node, "kind": "kill",
-                                      "what": f"{name} was killed {f.when()} ({len(pids)} processes: its torchrun "
-                                              "agent and its workers); it came back with a fresh agent"})
-                self._start_agent(f.node)
-            else:
-                self.cluster.set_link(f.node, up=False)
-                self.injected.append({"t": time.time(), "elapsed": elapsed, "node": f.node, "kind": "link-down",
-                                      "what": f"{name}'s link went down {f.when()} for {f.for_s:g} s"})
-                self.faults.append(Fault(kind="link-up", node=f.node, at_s=elapsed + f.for_s))
-            log.info("fault: %s", self.injected[-1]["what"])
-        for f in [f for f in self.faults if f.kind == "link-up" and elapsed >= f.at_s]:
-            self.faults.remove(f)
-            self.cluster.set_link(f.node, up=True)
+    def _reboot(self, i: int) -> None:
+        """A node the sandbox killed comes back: its old agent reaped, a fresh one started (as a scheduler would)."""
+        self._reap_agent(i)
+        self._start_agent(i)
 
     def _reap_agent(self, i: int) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILLed: it is gone; only a zombie could wait
@@ -274,20 +224,6 @@ class AgentsRun:
             counts += [int(m.group(1)) for m in RESTARTED.finditer(text)]
         return max(counts)
 
-    def _node_failure(self, kill: dict, diag: Diagnosis, ranks: list[RankResult]) -> Diagnosis:
-        """A node the sandbox killed, and the job did not get over it: the dead node is the cause, whatever its
-        peers did next (they lost their connections, or their agent ended them mid-call)."""
-        dead = list(range(kill["node"] * self.per, (kill["node"] + 1) * self.per))
-        peers = [rr.rank for rr in ranks if rr.rank not in dead and rr.outcome != "ok"]
-        cause = (f"Node{kill['node']} died: {kill['what'].split(' (')[0].split(' was ', 1)[1]}, with "
-                 f"{words.ranks(dead)} on it, and the job could not go on without them")
-        cause += (f" ({words.ranks(peers)} then failed or were ended: a consequence)." if peers else ".")
-        if self.max_restarts == 0:
-            cause += " With --max-restarts 0 torchrun does not restart the workers: the work since the last" \
-                     " checkpoint is lost."
-        return Diagnosis(kind="node_failure", cause=cause, culprit_ranks=dead,
-                         details={**diag.details, "node": f"node{kill['node']}", "rules_said": diag.summary})
-
     def _assemble(self, wall: float) -> RunResult:
         tracks = self._tracks()
         for r in range(self.n):
@@ -297,14 +233,13 @@ class AgentsRun:
                  for r, t in sorted(tracks.items())]
         hosts = [f"node{r // self.per}" for r in range(self.n)]
         ranks = [rr if rr.host else _with_host(rr, hosts[rr.rank]) for rr in ranks]
-        diag = j.diagnosis
-        killed = [f for f in self.injected if f["kind"] == "kill"]
+        diag, injected = j.diagnosis, self.schedule.injected if self.schedule else []
+        killed = [f for f in injected if f["kind"] == "kill"]
         if j.verdict != "ok" and killed and self.stopped_for != "interrupted":
-            diag = self._node_failure(killed[-1], diag, ranks)
-        diag = on_nodes(diag, ranks)
-        for f in self.injected:
-            if not (f in killed and diag.kind == "node_failure"):
-                diag = diag.noted(f"{f['what'][0].upper()}{f['what'][1:]}.")
+            diag = faultlib.node_failure(killed[-1], diag, ranks, self.per, after="With --max-restarts 0 torchrun "
+                                         "does not restart the workers: the work since the last checkpoint is lost."
+                                         if self.max_restarts == 0 else "")
+        diag = faultlib.stated(on_nodes(diag, ranks), injected)
         restarts = self._restarts()
         if restarts:
             diag = diag.noted(f"torchrun restarted the workers {restarts} time{'s' if restarts != 1 else ''} "
@@ -314,8 +249,7 @@ class AgentsRun:
         if j.verdict == "ok" and any(c not in (0, None) for c in codes.values()):
             diag = diag.noted("torchrun's agents exited with " + ", ".join(f"node{i}: {c}" for i, c in codes.items()))
         evs = sorted((e for t in tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
-        evs += [{"ev": "fault", "t": f["t"], "node": f["node"], "kind": f["kind"], "what": f["what"]}
-                for f in self.injected]
+        evs += [f for f in injected if f.get("label")]  # what the timeline draws
         return RunResult(verdict=j.verdict, world_size=self.n, wall_s=wall, diagnosis=diag, ranks=ranks, events=evs,
                          run_dir=None if self.owns_dir else self.dir, warnings=j.warnings, ended_at=time.time())
 
@@ -326,11 +260,6 @@ def _die_with_us() -> None:
     import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def _calls(t) -> int:
-    """How many traced calls the rank has entered (call ids count from 1, in the order the rank made them)."""
-    return max((e["id"] for e in t.events if e.get("ev") == "enter" and isinstance(e.get("id"), int)), default=0)
 
 
 def _with_host(rr: RankResult, host: str) -> RankResult:

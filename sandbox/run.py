@@ -45,10 +45,10 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--max-restarts", type=cli.non_negative_int, default=0, metavar="N",
                    help="with --launcher torchrun: how often torchrun may restart the workers (default 0)")
     p.add_argument("--kill-node", action="append", default=[], metavar="NODE@WHEN",
-                   help="with --launcher torchrun: kill every process on a node at a time (1@3s) or when a rank "
-                        "enters its k-th call (1@rank2:5); the node comes back with a fresh agent")
+                   help="kill every process on a node at a time (1@3s) or when a rank enters its k-th call "
+                        "(1@rank2:5); under --launcher torchrun the node then comes back with a fresh agent")
     p.add_argument("--link-down", action="append", default=[], metavar="NODE@WHEN+FOR",
-                   help="with --launcher torchrun: take a node's link down for a while (1@3s+5s)")
+                   help="take a node's link down for a while (1@3s+5s: at 3 s, for 5 s)")
     p.add_argument("--cap", metavar="RATE", help="cap every node's link to RATE both ways (100mbit, 1gbit)")
     p.add_argument("--hang-after", type=cli.positive_seconds, default=defaults.HANG_AFTER_S, metavar="S",
                    help="call it a hang when every live rank has been stuck this long in calls nobody can complete "
@@ -133,21 +133,19 @@ def main(argv=None) -> int:
         p.error("-n is the number of ranks on one node: with --nnodes give --nproc-per-node instead")
     world = a.n or 2 if a.nnodes == 1 and a.nproc_per_node is None else a.nnodes * (a.nproc_per_node or 1)
     torchrun = a.launcher == "torchrun"
-    if not torchrun and (a.kill_node or a.link_down or a.max_restarts):
-        p.error("--kill-node, --link-down and --max-restarts need --launcher torchrun")
-    if (torchrun or a.cap) and a.nnodes < 2:
-        p.error("--launcher torchrun and --cap run on simulated nodes: give --nnodes 2 or more")
-    if torchrun and (a.gpu or a.timeline):
-        p.error("--launcher torchrun runs CPU ranks and draws no timeline yet: leave out --gpu and --timeline")
-    faults = []
-    for kind, texts in (("kill-node", a.kill_node), ("link-down", a.link_down)):
-        for text in texts:
-            from sandbox import agents
+    if not torchrun and a.max_restarts:
+        p.error("--max-restarts is torchrun's: it needs --launcher torchrun")
+    if (torchrun or a.cap or a.kill_node or a.link_down) and a.nnodes < 2:
+        p.error("--launcher torchrun, --cap and faults run on simulated nodes: give --nnodes 2 or more")
+    if torchrun and a.gpu:
+        p.error("--launcher torchrun runs CPU ranks on simulated nodes: leave out --gpu")
+    from sandbox import faults as faultlib
 
-            try:
-                faults.append(agents.parse_fault("kill" if kind == "kill-node" else kind, text))
-            except ValueError as e:
-                p.error(str(e).replace("--kill fault", "--kill-node fault").rstrip("."))
+    try:
+        faults = [faultlib.parse(kind, text) for kind, texts in (("kill", a.kill_node), ("link-down", a.link_down))
+                  for text in texts]
+    except ValueError as e:
+        p.error(str(e).rstrip("."))
     if a.module is not None and a.script is not None:
         a.args = [a.script] + a.args
     source = a.script if a.module is None else module_file(a.module)
@@ -186,7 +184,7 @@ def main(argv=None) -> int:
             res = run_script(a.module or a.script, a.args, world_size=world, nnodes=a.nnodes,
                              module=a.module is not None, hang_after=a.hang_after, timeout=a.timeout,
                              trace_dir=a.trace_dir, gpu=a.gpu, debug=a.debug, on_output=echo if live else None,
-                             node_options=node_options)
+                             node_options=node_options, faults=faults)
         strict_fail = res.ok and a.strict and bool(res.warnings)
         code = 0 if res.ok and not strict_fail else 1
     except UsageError as e:

@@ -89,6 +89,7 @@ LAYERS = [
      ["sandbox._paths", "sandbox.defaults", "sandbox.calls", "sandbox.events", "sandbox.flight", "sandbox.flight_offline",
       "sandbox._proc", "sandbox.channel", "sandbox.nodes"]),
     ("words and the one judge: torch-free", ["sandbox.words", "sandbox.branches", "sandbox.result", "sandbox.diagnose",
+                                             "sandbox.faults",
                                              "sandbox.contracts", "sandbox.policy"]),
     ("inside a rank", ["sandbox.trace", "sandbox.rank", "sandbox._zygote", "sandbox.simulate", "sandbox.primitives",
                        "sandbox.models"]),

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT, still_running, wait_for
-from sandbox import agents, nodes
+from sandbox import faults, nodes
 from test_multinode import T, sandbox_run
 
 OK, WHY = nodes.available()
@@ -154,10 +154,11 @@ def test_ctrl_c_under_torchrun_leaves_nothing(clean, tmp_path):
 
 @pytest.mark.parametrize("args, says", [
     (["--launcher", "torchrun", "-n", "2"], "give --nnodes 2 or more"),
-    (["--nnodes", "2", "--kill-node", "1@3s"], "need --launcher torchrun"),
+    (["--nnodes", "2", "--max-restarts", "1"], "it needs --launcher torchrun"),
+    (["-n", "2", "--kill-node", "1@3s"], "give --nnodes 2 or more"),
     (["--launcher", "torchrun", "--nnodes", "2", "--kill-node", "1@soon"], "a --kill-node fault reads NODE@3s"),
     (["--launcher", "torchrun", "--nnodes", "2", "--link-down", "1@3s"], "NODE@3s+5s"),
-    (["--launcher", "torchrun", "--nnodes", "2", "--kill-node", "2@3s"], "names node 2, and this run has nodes 0-1"),
+    (["--launcher", "torchrun", "--nnodes", "2", "--kill-node", "2@3s"], "--kill-node names node 2, and this run has nodes 0-1"),
     (["--nnodes", "2", "--cap", "fast"], "a link rate is a number and a unit"),
 ])
 def test_bad_launcher_and_fault_options_are_one_sentence_and_exit_2(tmp_path, args, says):
@@ -169,9 +170,9 @@ def test_bad_launcher_and_fault_options_are_one_sentence_and_exit_2(tmp_path, ar
 
 
 @pytest.mark.parametrize("kind, text, fault", [
-    ("kill", "1@3s", agents.Fault(kind="kill", node=1, at_s=3.0)),
-    ("kill", "0@rank3:12", agents.Fault(kind="kill", node=0, at_call=(3, 12))),
-    ("link-down", "1@2.5s+4s", agents.Fault(kind="link-down", node=1, at_s=2.5, for_s=4.0)),
+    ("kill", "1@3s", faults.Fault(kind="kill", node=1, at_s=3.0)),
+    ("kill", "0@rank3:12", faults.Fault(kind="kill", node=0, at_call=(3, 12))),
+    ("link-down", "1@2.5s+4s", faults.Fault(kind="link-down", node=1, at_s=2.5, for_s=4.0)),
 ])
 def test_fault_forms(kind, text, fault):
-    assert agents.parse_fault(kind, text) == fault
+    assert faults.parse(kind, text) == fault

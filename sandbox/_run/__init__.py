@@ -27,6 +27,7 @@ from sandbox._run.stop import ZYGOTE_EXIT_S, Stopping
 from sandbox._run.watch import INTERRUPTED, Watching
 from sandbox.channel import Channel
 from sandbox.events import RankTrack, Tail
+from sandbox.faults import Schedule as fault_schedule
 from sandbox.result import Diagnosis, RankResult, RunResult
 
 
@@ -48,6 +49,8 @@ class Run(Starting, Watching, Stopping, Assembling):
         hostname and an address each; needs root), world_size / nnodes on each, in rank order.
     node_options: with nnodes > 1, keyword arguments for `sandbox.nodes.Cluster` (`hostname_loopback=True`: each
         node resolves its own name to 127.0.1.1; `cap="1gbit"`: every link capped to that rate).
+    faults: with nnodes > 1, `sandbox.faults.Fault`s injected during the run (a node killed, a link down), stated
+        in the report and drawn on the timeline; a killed node that ends the run is its diagnosis (node_failure).
     The defaults of hang_after, timeout and pg_timeout are `sandbox.defaults`'.
     """
 
@@ -56,9 +59,10 @@ class Run(Starting, Watching, Stopping, Assembling):
                  pg_timeout: float = defaults.PG_TIMEOUT_S, env: dict | None = None, debug: str | None = None,
                  trace_dir: str | None = None, on_output: Callable[[int, str], None] | None = None,
                  preload: list[str] | tuple = (), warm: bool | None = None, nnodes: int = 1,
-                 node_options: dict | None = None):
+                 node_options: dict | None = None, faults: list | tuple = ()):
         options.check(world_size, hang_after, timeout, pg_timeout, env)
         options.check_nodes(world_size, nnodes, node_options)
+        options.check_faults(list(faults), world_size, nnodes)
         self.target, self.n = target, world_size
         self.settings = policy.Settings(hang_after=float(hang_after), timeout=float(timeout))
         self.on_output = on_output
@@ -70,6 +74,7 @@ class Run(Starting, Watching, Stopping, Assembling):
                      "preload": list(preload), "nproc_per_node": world_size // nnodes, "nodes": []}
         self.nnodes, self.node_options = nnodes, dict(node_options or {})
         self.cluster = None  # the simulated nodes (several only), made when the run starts
+        self.faults, self.schedule = list(faults), None
         self.env_extra = defaults.debug_env(debug)
         # --debug OFF: PyTorch's default, whatever this process's environment says
         self.env_unset = ("TORCH_DISTRIBUTED_DEBUG",) if debug is not None and not self.env_extra else ()
@@ -140,6 +145,7 @@ class Run(Starting, Watching, Stopping, Assembling):
             self.cluster = nodes.Cluster(nnodes=self.nnodes, **self.node_options)
             self.cluster.__enter__()
             self.spec["nodes"] = [dataclasses.asdict(n) for n in self.cluster.nodes]
+            self.schedule = fault_schedule(self.faults, self.cluster, after_kill=": its ranks with it")
 
     def _cleanup(self) -> None:
         self._kill()

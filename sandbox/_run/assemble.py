@@ -8,7 +8,7 @@ import os
 import re
 import time
 
-from sandbox import events, policy, words
+from sandbox import events, faults, policy, words
 from sandbox._run.watch import INTERRUPTED
 from sandbox.result import Diagnosis, RankResult, RunResult
 
@@ -63,8 +63,16 @@ class Assembling:
         return [rr if rr.host else dataclasses.replace(rr, host=self.spec["nodes"][rr.rank // per]["hostname"])
                 for rr in ranks]
 
-    def _named(self, diag: Diagnosis, ranks: list[RankResult]) -> Diagnosis:
-        return on_nodes(diag, ranks) if self.spec.get("nodes") else diag
+    def _named(self, diag: Diagnosis, ranks: list[RankResult], verdict: str) -> Diagnosis:
+        """Several nodes: the nodes named beside the ranks, and the faults injected stated (a killed node that
+        ended the run is its cause)."""
+        if not self.spec.get("nodes"):
+            return diag
+        injected = self.schedule.injected if self.schedule is not None else []
+        killed = [f for f in injected if f["kind"] == "kill"]
+        if verdict != "ok" and killed and self.stopped_for != INTERRUPTED:
+            diag = faults.node_failure(killed[-1], diag, ranks, self.spec["nproc_per_node"])
+        return faults.stated(on_nodes(diag, ranks), injected)
 
     def _assemble(self, wall: float) -> RunResult:
         self._pump(0)
@@ -79,8 +87,10 @@ class Assembling:
             diag = Diagnosis(kind="rank_error", cause=f"The ranks could not start: {self.fatal['fatal']}",
                              details={"traceback": self.fatal.get("traceback")})
         evs = sorted((e for t in self.tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
+        if self.schedule is not None:
+            evs += [f for f in self.schedule.injected if f.get("label")]  # what the timeline draws
         ranks = self._on_nodes(self._rank_results(j.outcomes))
-        return RunResult(verdict=verdict, world_size=self.n, wall_s=wall, diagnosis=self._named(diag, ranks),
+        return RunResult(verdict=verdict, world_size=self.n, wall_s=wall, diagnosis=self._named(diag, ranks, verdict),
                          ranks=ranks, events=evs,
                          run_dir=None if self.owns_dir else self.dir, pgid=self.proc.pid if self.proc else None,
                          ended_at=self.ended_at or time.time(), warnings=j.warnings)

@@ -78,3 +78,16 @@ def check_nodes(world_size: int, nnodes, node_options: dict | None = None) -> No
             nodes.tbf_args(node_options["cap"])
         except ValueError as e:
             raise UsageError(str(e)) from None
+
+
+def check_faults(faults: list, world_size: int, nnodes: int) -> None:
+    """Faults need several nodes, and may name only nodes and ranks the run has."""
+    if not faults:
+        return
+    if nnodes < 2:
+        raise UsageError("faults are injected into simulated nodes: give nnodes=2 or more (--nnodes).")
+    from sandbox import faults as faultlib
+
+    wrong = faultlib.check(faults, nnodes, world_size)
+    if wrong:
+        raise UsageError(wrong)

@@ -11,7 +11,7 @@ import time
 
 import dataclasses
 
-from sandbox import events, flight, policy
+from sandbox import events, faults, flight, policy
 from sandbox.events import RankTrack
 
 log = logging.getLogger("sandbox.launcher")
@@ -116,6 +116,11 @@ class Watching:
                 break
             time.sleep(0.01)
 
+    def _calls_of(self, rank: int) -> int:
+        """How many traced calls `rank` has entered (for a fault that waits for a rank's k-th call)."""
+        self._parse()
+        return faults.calls_entered(self.tracks[rank])
+
     def _live(self) -> list[RankTrack]:
         return [t for t in self.tracks.values() if t.exit_code is None]
 
@@ -135,6 +140,8 @@ class Watching:
                 return
             if self._pump(POLL_S, parse=False):
                 last_change = time.monotonic()
+            if self.schedule is not None and self.schedule.faults:
+                self.schedule.poll(time.monotonic() - start, self._calls_of)
             if self._over:
                 break
             now = time.monotonic()

@@ -1,5 +1,6 @@
 """The timeline picture of a run (`sandbox.report.timeline`): one row per rank, one bar per distributed call,
-hatched where a call never returned, each rank's outcome beside its row. Colours of outcomes come from the report's
+hatched where a call never returned, each rank's outcome beside its row, and the faults injected into simulated
+nodes as dashed lines (a span while a link is down). Colours of outcomes come from the report's
 palette; the ops get matplotlib's tab20.
 
 Two rules keep it readable. The calls get the width: the axis starts just before the first traced call, and the
@@ -69,13 +70,24 @@ def draw(res):
         ax.barh(s["rank"], t_end - (s["t"] - t0), left=s["t"] - t0, height=0.6, color=colour[s["op"]], hatch="//",
                 edgecolor=model.RED, linewidth=1.5)
         by_rank.setdefault(s["rank"], []).append(s)
-    ax.set_xlim(-span * MARGIN, span * (1 + MARGIN))
+    left = min([0.0] + [f["t"] - t0 for f in events if f.get("ev") == "fault"])  # a fault before the first call
+    for f in (e for e in events if e.get("ev") == "fault" and e.get("label")):
+        x = f["t"] - t0  # the faults injected into simulated nodes (sandbox.faults): a line, a span while it lasts
+        if f.get("until"):
+            ax.axvspan(x, min(f["until"] - t0, t_end), color=model.RED, alpha=0.08, linewidth=0)
+        ax.axvline(x, color=model.RED, linestyle="--", linewidth=1.2)
+        ax.annotate(f["label"], (x, 0), xycoords=("data", "axes fraction"), xytext=(3, 3),
+                    textcoords="offset points", fontsize=8, color=model.RED, fontweight="bold")
+    span = max(t_end - left, 0.01)
+    ax.set_xlim(left - span * MARGIN, t_end + span * MARGIN)
     labels = [ax.text(lst[0]["t"] - t0 + span * 0.01, rank, "stuck: " + ", ".join(_stuck_words(s) for s in lst),
                       fontsize=8, va="center", fontweight="bold",
                       bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
               for rank, lst in by_rank.items()]
 
-    ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
+    hosts = {r.rank: r.host for r in res.ranks}
+    several = len(set(hosts.values()) - {None}) > 1  # ranks on several simulated nodes: each row says its node
+    ax.set_yticks(ranks, [f"rank {r} ({hosts[r]})" if several and hosts.get(r) else f"rank {r}" for r in ranks])
     ax.set_ylim(max(ranks) + 0.6, min(ranks) - 0.6)  # rank 0 on top
     outcomes = ax.secondary_yaxis("right")
     outcomes.set_yticks(ranks, [str(r.outcome) for r in res.ranks])
@@ -98,7 +110,7 @@ def draw(res):
     for label in labels:
         if label.get_window_extent().x1 > right:  # it would run out of the plot: end it at the plot's edge
             label.set_horizontalalignment("right")
-            label.set_x(span * (1 + MARGIN) - span * 0.005)
+            label.set_x(t_end + span * MARGIN - span * 0.005)
             moved = True
     if moved:
         fig.draw_without_rendering()  # the label's box follows it at a draw

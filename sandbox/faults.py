@@ -1,0 +1,129 @@
+"""Faults injected into simulated nodes from outside, as a real one strikes: a node killed (every process on it), a
+link down for a while. Both launchers use this: the sandbox's own (`launch(..., nnodes=K, faults=[...])`) and
+torchrun's (`sandbox.agents`). A fault fires at a time into the run or when a rank enters its k-th traced call; each
+one fired is a record (`Injected`) that the report states, the timeline draws, and the diagnosis blames when the run
+did not get over it (`node_failure`). Torch-free; the nodes themselves are `sandbox.nodes`'.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from sandbox import words
+from sandbox.result import Diagnosis
+
+FORM = re.compile(r"^(\d+)@(?:(\d+(?:\.\d+)?)s|rank(\d+):(\d+))(?:\+(\d+(?:\.\d+)?)s)?$")
+KINDS = ("kill", "link-down")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    """kind: "kill" (every process on the node) or "link-down" (the node's link, for `for_s` seconds). When: `at_s`
+    seconds into the run, or when rank `at_call[0]` enters its `at_call[1]`-th traced call."""
+    kind: str
+    node: int
+    at_s: float | None = None
+    at_call: tuple[int, int] | None = None
+    for_s: float | None = None
+
+    def when(self) -> str:
+        return f"at {self.at_s:g} s" if self.at_s is not None else \
+            f"when rank {self.at_call[0]} entered its call {self.at_call[1]}"
+
+
+def parse(kind: str, text: str) -> Fault:
+    """`NODE@3s`, `NODE@rank2:5` (rank 2's 5th call), and for link-down a duration: `NODE@3s+5s`. ValueError in one
+    sentence otherwise (the option's name as the command line spells it: --kill-node, --link-down)."""
+    m = FORM.match(text.strip())
+    if kind not in KINDS or m is None or (kind == "link-down") != (m.group(5) is not None) or (
+            m.group(4) and int(m.group(4)) < 1):
+        form = "NODE@3s+5s (down at 3 s, for 5 s)" if kind == "link-down" else "NODE@3s or NODE@rank2:5"
+        raise ValueError(f"a --{'kill-node' if kind == 'kill' else kind} fault reads {form}, not {text!r}.")
+    return Fault(kind=kind, node=int(m.group(1)), at_s=float(m.group(2)) if m.group(2) else None,
+                 at_call=(int(m.group(3)), int(m.group(4))) if m.group(3) else None,
+                 for_s=float(m.group(5)) if m.group(5) else None)
+
+
+def check(faults: list[Fault], nnodes: int, world: int) -> str | None:
+    """One sentence if a fault names a node or rank the run does not have, else None."""
+    for f in faults:
+        if not 0 <= f.node < nnodes or (f.at_call and not 0 <= f.at_call[0] < world):
+            named = f"node {f.node}" + (f" and rank {f.at_call[0]}" if f.at_call else "")
+            option = "--kill-node" if f.kind == "kill" else "--link-down"
+            return f"{option} names {named}, and this run has nodes 0-{nnodes - 1}, ranks 0-{world - 1}."
+    return None
+
+
+def calls_entered(t) -> int:
+    """How many traced calls a rank (its RankTrack) has entered: call ids count from 1, in the order it made them."""
+    return max((e["id"] for e in t.events if e.get("ev") == "enter" and isinstance(e.get("id"), int)), default=0)
+
+
+@dataclass
+class Schedule:
+    """The faults still to fire, and those fired. `poll` fires what is due on `cluster` (a `sandbox.nodes.Cluster`);
+    `on_kill(node)` runs right after a node was killed (torchrun's launcher starts the node's agent again there)."""
+    faults: list[Fault]
+    cluster: object
+    after_kill: str = ""                 # words for what happened next to a killed node
+    on_kill: Callable[[int], None] | None = None
+    injected: list[dict] = field(default_factory=list)
+
+    def poll(self, elapsed: float, calls_of: Callable[[int], int]) -> None:
+        for f in list(self.faults):
+            due = (f.at_s is not None and elapsed >= f.at_s) or (
+                f.at_call is not None and calls_of(f.at_call[0]) >= f.at_call[1])
+            if not due:
+                continue
+            self.faults.remove(f)
+            name = f"node{f.node}"
+            if f.kind == "kill":
+                pids = self.cluster.kill_node(f.node)
+                what = f"{name} was killed {f.when()} ({len(pids)} processes){self.after_kill}"
+                self._note(elapsed, f, what, label=f"{name} killed")
+                if self.on_kill is not None:
+                    self.on_kill(f.node)
+            elif f.kind == "link-down":
+                self.cluster.set_link(f.node, up=False)
+                self._note(elapsed, f, f"{name}'s link went down {f.when()} for {f.for_s:g} s",
+                           label=f"{name} link down", until=time.time() + f.for_s)
+                self.faults.append(Fault(kind="link-up", node=f.node, at_s=elapsed + f.for_s))
+            else:  # the end of a link-down
+                self.cluster.set_link(f.node, up=True)
+
+    def _note(self, elapsed: float, f: Fault, what: str, **more) -> None:
+        self.injected.append({"ev": "fault", "t": time.time(), "elapsed": elapsed, "node": f.node, "kind": f.kind,
+                              "what": what, **more})
+
+    def end_links(self) -> None:
+        """Links still down when the run ends come back up (the cluster is about to go anyway; this is for the
+        record: nothing is left half-done)."""
+        for f in [f for f in self.faults if f.kind == "link-up"]:
+            self.faults.remove(f)
+            self.cluster.set_link(f.node, up=True)
+
+
+def node_failure(kill: dict, diag: Diagnosis, ranks: list, per_node: int, *, after: str = "") -> Diagnosis:
+    """A node killed by the sandbox, and the run did not get over it: the dead node is the cause, whatever its peers
+    did next (they lost their connections, or were ended mid-call). `ranks`: the RankResults; `after`: a sentence
+    on what the launcher did about it."""
+    dead = list(range(kill["node"] * per_node, (kill["node"] + 1) * per_node))
+    peers = [rr.rank for rr in ranks if rr.rank not in dead and str(rr.outcome) != "ok"]
+    when = kill["what"].split(" (")[0].split(" was ", 1)[1]
+    cause = (f"Node{kill['node']} died: {when}, with {words.ranks(dead)} on it, and the job could not go on "
+             f"without them")
+    cause += f" ({words.ranks(peers)} then failed or were ended: a consequence)." if peers else "."
+    if after:
+        cause += " " + after
+    return Diagnosis(kind="node_failure", cause=cause, culprit_ranks=dead,
+                     details={**diag.details, "node": f"node{kill['node']}", "rules_said": diag.summary})
+
+
+def stated(diag: Diagnosis, injected: list[dict]) -> Diagnosis:
+    """The diagnosis with every fault that was injected said in a note (the one it already blames excepted)."""
+    for f in injected:
+        if not (f["kind"] == "kill" and diag.kind == "node_failure" and diag.details.get("node") == f"node{f['node']}"):
+            diag = diag.noted(f"{f['what'][0].upper()}{f['what'][1:]}.")
+    return diag

@@ -1,0 +1,72 @@
+"""Faults injected into a run on simulated nodes (`launch(..., nnodes=2, faults=[...])`, `--kill-node`,
+`--link-down`): a killed node is the diagnosis of the run it ended, a link down for a while is survived and stated,
+and the timeline draws both. Needs root; skipped with the reason elsewhere."""
+import pytest
+
+from sandbox import faults, launch, nodes
+from sandbox.launcher import UsageError
+
+OK, WHY = nodes.available()
+pytestmark = pytest.mark.skipif(not OK, reason=WHY)
+
+
+def steps(n, pause):
+    """n all_reduces across both nodes, a pause after each; returns the sum of them all."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    total = 0.0
+    for _ in range(n):
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        total += t.item()
+        time.sleep(pause)
+    return total
+
+
+def test_a_node_killed_mid_run_is_the_diagnosis(clean):
+    res = launch(steps, world_size=4, args=(50, 0.05), init=True, nnodes=2,
+                 faults=[faults.parse("kill", "1@rank2:6")])
+    d = res.diagnosis
+    assert res.verdict in ("crash", "error") and (d.kind, d.culprit_ranks, d.details["node"]) == \
+        ("node_failure", [2, 3], "node1"), d.summary
+    assert d.summary.startswith("Node1 died: killed when rank 2 (node1) entered its call 6, with ranks 2 and 3 on it")
+    assert [r.outcome for r in res.ranks[2:]] == ["crashed", "crashed"]
+    drawn = [e for e in res.events if e.get("ev") == "fault"]
+    assert [(e["kind"], e["node"], e["label"]) for e in drawn] == [("kill", 1, "node1 killed")]
+
+
+def test_a_link_down_for_a_while_is_survived_and_stated(clean):
+    res = launch(steps, world_size=4, args=(30, 0.05), init=True, nnodes=2, faults=[faults.parse("link-down",
+                                                                                                "1@rank0:5+1s")])
+    assert res.ok, res.diagnosis.summary
+    assert res.values == [120.0] * 4  # every all_reduce summed all four ranks, the stalled one included
+    assert "Node1's link went down when rank 0 entered its call 5 for 1 s." in res.diagnosis.summary
+    (e,) = [e for e in res.events if e.get("ev") == "fault"]
+    assert e["label"] == "node1 link down" and e["until"] - e["t"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_the_timeline_draws_the_fault(clean, tmp_path):
+    from sandbox.report import picture
+
+    res = launch(steps, world_size=4, args=(20, 0.02), init=True, nnodes=2,
+                 faults=[faults.parse("kill", "0@rank3:4")])
+    fig = picture.draw(res)
+    ax = fig.axes[0]
+    assert "node0 killed" in [t.get_text() for t in ax.texts]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0 (node0)", "rank 1 (node0)", "rank 2 (node1)",
+                                                            "rank 3 (node1)"]
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"world_size": 2, "faults": [faults.Fault(kind="kill", node=1, at_s=1.0)]}, "give nnodes=2 or more"),
+    ({"world_size": 4, "nnodes": 2, "faults": [faults.Fault(kind="kill", node=2, at_s=1.0)]},
+     "--kill-node names node 2, and this run has nodes 0-1, ranks 0-3."),
+    ({"world_size": 4, "nnodes": 2, "faults": [faults.Fault(kind="kill", node=1, at_call=(4, 2))]},
+     "names node 1 and rank 4"),
+])
+def test_faults_the_run_cannot_have_are_one_sentence(kw, says):
+    with pytest.raises(UsageError, match=says.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        launch(steps, args=(1, 0), init=True, **kw)
