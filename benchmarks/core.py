@@ -1,6 +1,7 @@
 """Benchmark of the sandbox's core promises, measured side by side in one run.
 
     python benchmarks/core.py [--repeat K]        # K repeats of everything (default 5), medians reported
+    python benchmarks/core.py --only nodes        # only the measurements whose name holds a word (here part 11)
 
 1. start-up:  `python -m sandbox.run -n 4 job.py` (a trivial gloo job: init, one all_reduce, destroy), the whole
               subprocess, vs `python -c "import torch"`                                   goal: <= 1.5x
@@ -33,6 +34,9 @@
               model that differs; all_to_all splits; a shape mismatch; 4 ranks), seconds from the first rank
               blocking or failing (the earliest pending call's start, or the earliest `end` event of an error) to
               the run returning with the expected diagnosis                                 goal: <= 2 s
+11. nodes:    `launch()` of a trivial function (one all_reduce, init by the sandbox) on 2 simulated nodes of 2
+              ranks (`nnodes=2`: namespaces, a bridge, made and removed in the run) vs the same on 4 ranks of one
+              node, the whole call; both in every repeat (needs root)                      goal: <= 1.5x
 Each repeat runs every measurement once, in an order rotated from repeat to repeat, so the noise of this machine
 hits all of them alike. The script always exits 0: it is a report, not a test.
 """
@@ -178,6 +182,16 @@ def _loop_rank(calls: int, numel: int, warmup: int, traced_first: bool) -> dict:
     return out
 
 
+def _allreduce_rank() -> int:
+    """Part 11's trivial job (init done by the sandbox): one all_reduce over every rank, its sum returned."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    return int(t[0].item())
+
+
 def _sendsend_rank() -> None:
     """Both ranks send to each other first: neither send can complete (a blocking send/send deadlock)."""
     import torch
@@ -205,16 +219,18 @@ def _env() -> dict:
 
 def _run(cmd: list[str], cwd: str, timeout: float = SUBPROCESS_TIMEOUT,
          env: dict | None = None) -> tuple[float, str]:
-    """Wall clock of a subprocess (its own session, so on timeout all it started is ended), and its stdout."""
+    """Wall clock of a subprocess (its own session, so on timeout all it started is ended), and its stdout. A None
+    in `env` unsets that variable."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=cwd, env=dict(_env(), **(env or {})), stdin=subprocess.DEVNULL,
+    env = {k: v for k, v in dict(_env(), **(env or {})).items() if v is not None}
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         try:
             os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except ProcessLookupError:  # the group ended on its own meanwhile
             pass
         p.communicate()
         raise Failed(f"{' '.join(cmd[:4])} ... took more than {timeout:g} s") from None
@@ -261,7 +277,13 @@ def _median(xs: list) -> float | None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python benchmarks/core.py", description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=5, metavar="K", help="repeats of every measurement (default 5)")
+    ap.add_argument("--only", metavar="WORDS", help="comma-separated: run only the measurements whose name holds one"
+                                                    " of these words (e.g. nodes, tracer, ddp); the others show no row")
     a = ap.parse_args(argv)
+    only = [w.strip() for w in (a.only or "").split(",") if w.strip()]
+
+    def chosen(name: str) -> bool:
+        return not only or any(w in name for w in only)
     K = max(1, a.repeat)
 
     import sandbox
@@ -385,6 +407,16 @@ def main(argv=None) -> int:
             deadlock("mismatch", "collective mismatch", "collective_mismatch",
                      lambda: run_script(MISMATCH, world_size=4, hang_after=1.0, timeout=SUBPROCESS_TIMEOUT))
 
+        def nodes_launch(nnodes: int, key: str):
+            def go():
+                t0 = time.perf_counter()
+                res = launch(_allreduce_rank, world_size=4, init=True, nnodes=nnodes, timeout=SUBPROCESS_TIMEOUT)
+                dt = time.perf_counter() - t0
+                if not res.ok or res.values != [4] * 4:
+                    raise Failed(f"{key}: {res.verdict}: {res.diagnosis.summary} (values {res.values})")
+                record(key, dt)
+            return go
+
         def repro_list():
             record("repro_list", _run([PY, "-m", "sandbox.repro", "--list"], REPO)[0])
 
@@ -406,6 +438,12 @@ def main(argv=None) -> int:
                  ("ddp plain", ddp_plain), ("ddp sandbox -n 4", ddp_sandbox),
                  ("ddp sandbox -n 4, no preload", ddp_sandbox_preload), ("loop without the recorder", flight_off_loop)]
         tasks += [(f"framework {n}", framework(n, k)) for n, k in FRAMEWORK]
+        tasks += [("nodes: 4 ranks, one node", nodes_launch(1, "launch_4")),
+                  ("nodes: 2x2 ranks on 2 nodes", nodes_launch(2, "launch_2x2"))]
+        tasks = [(name, go) for name, go in tasks if chosen(name)]
+        if not tasks:
+            print(f"no measurement's name holds {', '.join(only)}", file=sys.stderr)
+            return 2
 
         print(f"sandbox {sandbox.__version__} at {REPO}; python {sys.version.split()[0]}; {os.cpu_count()} CPUs;"
               f" load {os.getloadavg()[0]:.2f}; {K} repeats", flush=True)
@@ -413,9 +451,16 @@ def main(argv=None) -> int:
         for name, cmd, cwd in (("import torch", [PY, "-c", "import torch"], tmp),
                                ("sandbox -n 2", [PY, "-m", "sandbox.run", "-n", "2", job], REPO),
                                ("repro --list", [PY, "-m", "sandbox.repro", "--list"], REPO),
-                               ("ddp plain", [PY, "-c", "import torch._dynamo"], tmp)):
+                               ("ddp plain", [PY, "-c", "import torch._dynamo"], tmp),
+                               ("nodes 2x2", [PY, "-m", "sandbox.run", "--nnodes", "2", "--nproc-per-node", "2", job],
+                                REPO)):
+            if name == "nodes 2x2" and not any(t.startswith("nodes:") for t, _ in tasks):
+                continue  # no node measurement: no nodes made (nor a failure printed where root is missing)
+            if only and name not in ("sandbox -n 2", "nodes 2x2") and not chosen(name):
+                continue  # "sandbox -n 2" warms torch's files for every run of the sandbox
             try:
-                _run(cmd, cwd)
+                # across nodes gloo must pick the node's own interface, not the loopback _env() names for torchrun
+                _run(cmd, cwd, env={"GLOO_SOCKET_IFNAME": None} if name == "nodes 2x2" else None)
             except Failed as e:
                 print(f"  warm-up {name} failed: {e}")
         for k in range(K):
@@ -487,6 +532,11 @@ def main(argv=None) -> int:
         v = g(f"fw_{n}")
         row(f"10. {n}: first block/failure -> returned", v, _secs, "", None, None, "<= 2 s",
             None if v is None else v <= 2.0)
+    r11 = ratio(g("launch_2x2"), g("launch_4"))
+    row("11. launch() 2 nodes x 2 ranks", g("launch_2x2"), _secs, "4 ranks, one node", g("launch_4"), r11,
+        "<= 1.5x", None if r11 is None else r11 <= 1.5)
+    if only:  # the measurements left out have no figure: no row
+        rows = [r for r in rows if r[1] != "-"]
 
     head = ("measure", "median", "baseline", "median", "ratio", "goal", "")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
@@ -504,7 +554,8 @@ def main(argv=None) -> int:
               "mismatch_detect": "mismatch detect", "mismatch_return": "mismatch return",
               "mismatch_wall": "mismatch wall", "ddp_plain": "ddp plain", "ddp_sandbox_4": "ddp sandbox -n 4",
               "ddp_preload_4": "ddp preload -n 4", "loop_untraced_nofr": "loop no recorder",
-              "loop_traced_nofr": "loop traced, no recorder", **{f"fw_{n}": n for n, _ in FRAMEWORK}}
+              "loop_traced_nofr": "loop traced, no recorder", **{f"fw_{n}": n for n, _ in FRAMEWORK},
+              "launch_4": "launch 4, 1 node", "launch_2x2": "launch 2x2 nodes"}
     for key, label in labels.items():
         vs = samples.get(key)
         if not vs:
@@ -515,6 +566,9 @@ def main(argv=None) -> int:
     # each repeat's own ratio: both ran in it, under the same load
     if pairs and len(samples["ddp_sandbox_4"]) == len(samples["ddp_plain"]):
         print("  ddp ratio, each repeat: " + " ".join(f"{_sig(a / b)}x" for a, b in pairs if b))
+    pairs = list(zip(samples.get("launch_2x2", []), samples.get("launch_4", [])))
+    if pairs and len(samples["launch_2x2"]) == len(samples["launch_4"]):
+        print("  nodes ratio, each repeat: " + " ".join(f"{_sig(a / b)}x" for a, b in pairs if b))
     if g("hang_return") is not None and g("hang_detect") is not None:
         print(f"  hang: {_secs(g('hang_return') - g('hang_detect'))} from detection to launch() returning"
               " (stacks, kill, reap, diagnosis)")

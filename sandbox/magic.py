@@ -8,7 +8,8 @@
     if dist.get_rank() == 0:
         dist.barrier()               # the others never get here: a hang, named in about a second
 
-Options as `python -m sandbox.run`'s: -n N, --hang-after S, --timeout S, --gpu, --debug DETAIL, --trace-dir DIR,
+Options as `python -m sandbox.run`'s: -n N, --nnodes K --nproc-per-node P (K simulated nodes of P ranks each,
+torchrun's names and environment; needs root), --hang-after S, --timeout S, --gpu, --debug DETAIL, --trace-dir DIR,
 -v; `--timeline` shows the picture of every rank's calls under the report. The cell is a script with torchrun's
 environment: it calls init_process_group itself. Call sites, tracebacks, stacks and warnings name it `<cell>`,
 with the cell's own line numbers (the %%sandbox line is line 1). The RunResult is left in `_sandbox` for the next
@@ -50,8 +51,13 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="%%sandbox", description="Run this cell's code as a script on N ranks and diagnose hangs.")
-    p.add_argument("-n", "--nproc", dest="n", type=cli.positive_int, default=2, metavar="N",
-                   help="number of ranks (default 2)")
+    p.add_argument("-n", "--nproc", dest="n", type=cli.positive_int, default=None, metavar="N",
+                   help="number of ranks, on one node (default 2)")
+    p.add_argument("--nnodes", type=cli.positive_int, default=1, metavar="K",
+                   help="simulated nodes, each its own network namespace, hostname and address (default 1; more "
+                        "needs root)")
+    p.add_argument("--nproc-per-node", type=cli.positive_int, default=None, metavar="P",
+                   help="ranks on each node (default 1 with --nnodes, as torchrun)")
     p.add_argument("--timeline", action="store_true", help="show a picture of every rank's calls over time")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL); needs as many GPUs as ranks")
     p.add_argument("--hang-after", type=cli.positive_seconds, default=defaults.HANG_AFTER_S, metavar="S",
@@ -65,11 +71,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def sandbox(line: str, cell: str):
-    """%%sandbox [-n N] [--timeline] [--gpu] [--hang-after S] [--timeout S] [--debug DETAIL] [--trace-dir DIR] [-v]
+    """%%sandbox [-n N | --nnodes K --nproc-per-node P] [--timeline] [--gpu] [--hang-after S] [--timeout S]
+    [--debug DETAIL] [--trace-dir DIR] [-v]
 
-    Run the cell's code as a script on N ranks (torchrun's environment: it calls init_process_group itself), show
-    the verdict, the diagnosis, every rank's state and output (and with --timeline the picture), and leave the
-    RunResult in `_sandbox`.
+    Run the cell's code as a script on N ranks, or on K simulated nodes of P ranks (torchrun's environment: it
+    calls init_process_group itself), show the verdict, the diagnosis, every rank's state and output (and with
+    --timeline the picture), and leave the RunResult in `_sandbox`.
     """
     from IPython import get_ipython
 
@@ -79,10 +86,20 @@ def sandbox(line: str, cell: str):
 sandbox.__doc__ += "\n" + parser().format_help()
 
 
+def world(a) -> int:
+    """The number of ranks, as `python -m sandbox.run` counts them: -n on one node, or K nodes of P ranks."""
+    if a.n is not None and (a.nnodes > 1 or a.nproc_per_node is not None):
+        raise _BadArguments("-n is the number of ranks on one node: with --nnodes give --nproc-per-node instead")
+    if a.nnodes == 1 and a.nproc_per_node is None:
+        return a.n or 2
+    return a.nnodes * (a.nproc_per_node or 1)
+
+
 def run_cell(line: str, cell: str, ip=None):
     """The magic's work; returns the RunResult (None after a bad option)."""
     try:
         a = parser().parse_args(shlex.split(line))
+        n = world(a)
     except _BadArguments as e:
         if e.args[0]:
             print(f"%%sandbox: {e.args[0]}; %%sandbox? lists the options.", file=sys.stderr)
@@ -108,10 +125,10 @@ def run_cell(line: str, cell: str, ip=None):
         with open(path, "w", encoding="utf-8") as f:
             f.write(source)
         try:
-            res = run_script(path, world_size=a.n, hang_after=a.hang_after, timeout=a.timeout, gpu=a.gpu,
-                             debug=a.debug, trace_dir=a.trace_dir)
-        except UsageError as e:
-            print(f"%%sandbox: {e}", file=sys.stderr)
+            res = run_script(path, world_size=n, nnodes=a.nnodes, hang_after=a.hang_after, timeout=a.timeout,
+                             gpu=a.gpu, debug=a.debug, trace_dir=a.trace_dir)
+        except UsageError as e:  # one line, even where the sentence quotes a command's own output
+            print(f"%%sandbox: {' '.join(str(e).split())}", file=sys.stderr)
             return None
         except Interrupted as e:  # Ctrl-C: the run is over and cleaned up; show where it was, no traceback
             res = e.result

@@ -12,8 +12,15 @@ report, not a timeout, when a rank hangs, crashes or raises: which rank, in whic
 
 Marker options: world_size (default 2), init (True), backend ("gloo"), gpu (False), hang_after and timeout
 (`sandbox.defaults`: 1 s and 300 s), strict (fail on contract warnings; `--sandbox-strict` turns it on for every
-marked test). The test's fixture values are sent to the ranks (they must pickle); what a rank's body returns is
-ignored. A failing assert on a rank says what it compared (`assert 6.0 == 4.0`), as pytest's own asserts do: the
+marked test). Several simulated nodes take torchrun's names: `@pytest.mark.sandbox(nnodes=2, nproc_per_node=2)`
+runs 4 ranks, two in each node (its own hostname and address: node0, node1; LOCAL_RANK counted per node), as
+`python -m sandbox.run --nnodes 2 --nproc-per-node 2`; world_size then is not given (it means one node). Nodes
+need root: elsewhere such a test fails with the one sentence that says so. To skip it there instead, give it a
+fixture that calls `pytest.skip(why)` when `sandbox.nodes.available()` returns `(False, why)`: not a skipif at the
+module's top, which every rank would run again (the ranks import the test's file).
+
+The test's fixture values are sent to the ranks (they must pickle); what a rank's body returns is ignored. A
+failing assert on a rank says what it compared (`assert 6.0 == 4.0`), as pytest's own asserts do: the
 ranks run the test file as pytest rewrote it.
 
 PyTorch's own MultiProcessTestCase (torch/testing/_internal/common_distributed.py) spawns a process per rank for
@@ -33,7 +40,7 @@ import pytest
 from sandbox import defaults
 
 _OPTIONS = {"world_size": 2, "init": True, "backend": None, "gpu": False, "hang_after": defaults.HANG_AFTER_S,
-            "timeout": defaults.RUN_TIMEOUT_S, "strict": None}
+            "timeout": defaults.RUN_TIMEOUT_S, "strict": None, "nnodes": 1, "nproc_per_node": None}
 
 
 def pytest_addoption(parser):
@@ -55,6 +62,18 @@ def _options(marker) -> dict:
     opts = {**_OPTIONS, **marker.kwargs}
     if marker.args:
         opts["world_size"] = marker.args[0]
+    several = opts["nnodes"] != 1 or opts["nproc_per_node"] is not None
+    if several and ("world_size" in marker.kwargs or marker.args):  # as `python -m sandbox.run` refuses -n with them
+        pytest.fail("@pytest.mark.sandbox: world_size is the number of ranks on one node: with nnodes give "
+                    "nproc_per_node instead.", pytrace=False)
+    if several:
+        per = opts["nproc_per_node"] if opts["nproc_per_node"] is not None else 1  # torchrun's default
+        for name, v in (("nnodes", opts["nnodes"]), ("nproc_per_node", per)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                pytest.fail(f"@pytest.mark.sandbox: {name} must be a whole number of at least 1, not {v!r}.",
+                            pytrace=False)
+        opts["world_size"] = opts["nnodes"] * per
+    del opts["nproc_per_node"]
     return opts
 
 
@@ -131,8 +150,8 @@ def pytest_pyfunc_call(pyfuncitem):
         fn = _Rewritten(fn)
     try:
         res = launch(fn, kwargs=kwargs, world_size=opts.pop("world_size"), **opts)
-    except UsageError as e:
-        pytest.fail(f"@pytest.mark.sandbox: {e}", pytrace=False)
+    except UsageError as e:  # one line, even where the sentence quotes a command's own output
+        pytest.fail(f"@pytest.mark.sandbox: {' '.join(str(e).split())}", pytrace=False)
     if res.verdict != "ok":  # the report's first line is its headline: "sandbox: HANG [...]", once
         pytest.fail(f"sandbox: {res.text(logs=True)}", pytrace=False)
     if strict and res.warnings:

@@ -1,11 +1,26 @@
-"""`python -m sandbox.bench`: a tiny sweep's JSON, nccl-tests' bus-bandwidth factors, and bad input."""
+"""`python -m sandbox.bench`: a tiny sweep's JSON, nccl-tests' bus-bandwidth factors, and bad input; with
+`--nnodes`, a small run on simulated nodes (root only: skipped with the reason elsewhere), its tables, and the
+check that the hierarchical all_reduce equals the flat one, shown able to fail."""
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
-from conftest import run_cli
-from sandbox import bench
+from conftest import ROOT, run_cli
+from sandbox import bench, nodes
+from sandbox.bench import multinode
+
+
+@pytest.fixture
+def two_nodes(clean):
+    """Simulated nodes can be made here (root), else a skip with the reason; asked in the test process only (the
+    ranks import this module too: they must not probe)."""
+    ok, why = nodes.available()
+    if not ok:
+        pytest.skip(why)
 
 FIELDS = {"op", "n", "backend", "size_bytes", "iters", "lat_median_s", "lat_p10_s", "lat_p90_s", "lat_min_s",
           "lat_max_s", "algbw_GBps", "busbw_factor", "busbw_GBps"}
@@ -65,6 +80,12 @@ def test_tiny_sweep(clean):
     (["--sizes", "4,1X"], "not a size"),
     (["--sizes", "2"], "less than one float32"),
     (["--iters", "0"], "at least 1"),
+    (["--nnodes", "1"], "1 node has no link between nodes to measure"),
+    (["--nnodes", "2", "--nproc-per-node", "1"], "1 rank per node leaves no group inside a node"),
+    (["--nnodes", "2", "-n", "4"], "with --nnodes give --nproc-per-node instead"),
+    (["--nnodes", "2", "--cap", "fast"], "a link rate is a number and a unit"),
+    (["--cap", "1gbit"], "give --nnodes too"),
+    (["--nnodes", "2", "--advice", "--gpu"], "--advice and --gpu are for the one-node sweep"),
 ])
 def test_bad_input_is_one_sentence(args, words):
     p = run_cli("sandbox.bench", *args, timeout=30)
@@ -123,3 +144,87 @@ def test_alpha_beta_recovers_a_model():
     assert f["beta_GBps"] == pytest.approx(2.0, rel=1e-6)
     assert f["rms_rel_residual"] < 1e-9
     assert "all_reduce" in bench.fit_table([f])
+
+
+# ------------------------------------------------------------------------------------------------ --nnodes
+
+def test_spread_groups_cross_every_node():
+    assert multinode.spread(2, 2) == [0, 2]
+    assert multinode.spread(2, 4) == [0, 4, 1, 5]  # 4 ranks over 2 nodes: two on each
+    assert multinode.spread(3, 2) == [0, 2]
+    assert multinode.cap_GBps("1gbit") == 0.125 and multinode.cap_GBps("100mbit") == 0.0125
+    assert multinode.cap_GBps(None) is None
+
+
+def _fake_nodes(cap):
+    def pt(n, t, size):
+        return bench.point("all_reduce", n, size, [t], "gloo")
+    size = 1 << 20
+    return {"nnodes": 2, "nproc_per_node": 2, "cap": cap, "cap_GBps": multinode.cap_GBps(cap),
+            "links": [{"size_bytes": size, "intra": {**pt(2, 1e-3, size), "ranks": [0, 1]},
+                       "inter": {**pt(2, 8e-3, size), "ranks": [0, 2]}}],
+            "hierarchical": [{"size_bytes": size, "flat": pt(4, 10e-3, size), "hierarchical": pt(4, 6e-3, size),
+                              "max_abs_diff": 4.8e-7}]}
+
+
+def test_node_tables_are_ratios_against_the_same_run():
+    text = "\n".join(multinode.lines(_fake_nodes("1gbit")))
+    head = text.splitlines()[0]
+    # 1 MiB in 8 ms: 0.131 GB/s, 0.125x the 1 ms of the group inside a node, 105% of a 1gbit link
+    assert head.startswith("2 nodes x 2 ranks, each node's link capped at 1gbit (0.125 GB/s each way): at 1 MiB"), head
+    assert "reaches 0.125x the bus bandwidth of one inside a node (0.131 GB/s, 105% of the cap)" in head, head
+    assert "the hierarchical all_reduce takes 0.6x the flat one's time" in head, head
+    assert "inside node0 (ranks 0, 1) vs across nodes (ranks 0, 2)" in text
+    assert "0.125x" in text and "0.6x" in text and "4.8e-07" in text
+    uncapped = "\n".join(multinode.lines(_fake_nodes(None)))
+    assert "links uncapped" in uncapped and "of the cap" not in uncapped.splitlines()[0]
+
+
+def _wrong_hierarchical():
+    """A "hierarchical" all_reduce that forgets every step: the check must say so on the rank."""
+    import torch.distributed as dist
+
+    multinode.check_equal(lambda buf: None, 64, dist.get_rank(), dist.get_world_size())
+
+
+def test_the_equality_check_can_fail(clean):
+    from sandbox import launch
+
+    res = launch(_wrong_hierarchical, world_size=2, init=True, timeout=120)
+    assert res.verdict == "error", res.diagnosis.summary
+    assert "the hierarchical all_reduce differs from the flat one on rank" in res.text(logs=True)
+
+
+def test_two_nodes_capped(two_nodes):
+    cap = "50mbit"  # 6.25 MB/s: a 1 MiB all_reduce across nodes takes about 170 ms, inside a node a few
+    p = run_cli("sandbox.bench", "--nnodes", "2", "--nproc-per-node", "2", "--cap", cap, "--sizes", "64K,1M",
+                "--iters", "3", "--warmup", "1", "--json", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = json.loads(p.stdout)
+    assert (d["nnodes"], d["nproc_per_node"], d["cap"], d["failures"]) == (2, 2, cap, [])
+    assert [x["size_bytes"] for x in d["links"]] == [x["size_bytes"] for x in d["hierarchical"]] == [65536, 1 << 20]
+    for x in d["links"]:
+        assert (x["intra"]["ranks"], x["inter"]["ranks"]) == ([0, 1], [0, 2])
+        for q in (x["intra"], x["inter"]):
+            assert FIELDS <= set(q) and q["n"] == 2 and q["iters"] == 3
+            assert q["busbw_GBps"] == pytest.approx(q["algbw_GBps"])  # nccl-tests' 2(n-1)/n is 1 for 2 ranks
+    for x in d["hierarchical"]:
+        assert x["flat"]["n"] == x["hierarchical"]["n"] == 4
+        assert x["flat"]["busbw_factor"] == 1.5
+        assert 0 <= x["max_abs_diff"] < 1e-4  # the ranks checked it; a wrong algorithm is off by about 1
+    big = d["links"][-1]
+    # tbf holds the link to the cap (a 64 KiB bucket at most passes faster); the path inside a node is not capped
+    assert big["inter"]["busbw_GBps"] <= 1.5 * d["cap_GBps"], big
+    assert big["intra"]["busbw_GBps"] > big["inter"]["busbw_GBps"], big
+    assert "bench: 1 MiB: intra" in p.stderr  # the progress lines
+
+
+def test_nodes_without_privileges_is_one_sentence_and_exit_2():
+    code = ("import os, sys; os.geteuid = lambda: 1000\nfrom sandbox.bench.__main__ import main\n"
+            "sys.exit(main(['--nnodes', '2', '--nproc-per-node', '2', '--cap', '1gbit']))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == ["sandbox.bench: simulated nodes need root (network namespaces and a "
+                                             "bridge): run as root, e.g. in a container."], p.stderr
+    assert p.stdout == ""

@@ -1,7 +1,9 @@
 """The `%%sandbox` cell magic in a real Jupyter kernel: code typed into a cell runs on 4 ranks, a deadlock is named
 in the notebook, the result is left in `_sandbox`, --timeline shows a picture, a bad option is one sentence, and
 Ctrl-C (a kernel interrupt) ends the run with the result shown and no traceback. `RunResult._repr_html_` is also
-checked without a kernel: every piece of text is escaped and long outputs are capped."""
+checked without a kernel: every piece of text is escaped and long outputs are capped. The magic on several simulated
+nodes (`--nnodes 2 --nproc-per-node 2`, root only) runs in this process, as the kernel would run it, and so do its
+refusals."""
 from __future__ import annotations
 
 import os
@@ -12,6 +14,7 @@ import time
 import pytest
 from conftest import KERNEL_PACKAGES, NOTEBOOK_PACKAGES, ROOT, leftovers, need, wait_for
 
+from sandbox import magic, nodes
 from sandbox.result import Diagnosis, RankResult, RunResult
 
 HANG = """\
@@ -169,3 +172,56 @@ def test_the_html_report_caps_each_rank_output_like_the_terminal():
     html = _result("".join(f"line {i}\n" for i in range(250)))._repr_html_()
     assert "50 earlier lines" in html
     assert "line 49\n" not in html and "line 50\n" in html and "line 249" in html
+
+
+# ------------------------------------------------------------------------------------------- several nodes
+WHERE = """\
+import os, socket
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)  # the ranks of both nodes really talk
+print("WHERE", socket.gethostname(), os.environ["RANK"], os.environ["LOCAL_RANK"], int(t.item()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_the_magic_on_two_nodes(clean, capsys):
+    ok, why = nodes.available()
+    if not ok:
+        pytest.skip(why)
+    res = magic.run_cell("--nnodes 2 --nproc-per-node 2", WHERE)
+    assert res is not None and res.ok, capsys.readouterr()
+    where = [[w.split()[1:] for w in r.output.splitlines() if w.startswith("WHERE ")] for r in res.ranks]
+    # ranks 0-1 on node0, 2-3 on node1, local ranks 0-1 on each; the sum is the world's size
+    assert where == [[["node0", "0", "0", "4"]], [["node0", "1", "1", "4"]], [["node1", "2", "0", "4"]],
+                     [["node1", "3", "1", "4"]]], where
+    shown = capsys.readouterr().out
+    assert shown.startswith("OK: 4 ranks in"), shown
+    assert "0 (node0)" in shown and "3 (node1)" in shown  # the report names each rank's node
+
+
+@pytest.mark.parametrize("line, words", [
+    ("-n 4 --nnodes 2", "-n is the number of ranks on one node: with --nnodes give --nproc-per-node instead"),
+    ("-n 2 --nproc-per-node 2", "-n is the number of ranks on one node: with --nnodes give --nproc-per-node instead"),
+    ("--nnodes 0", "argument --nnodes: 0 must be at least 1"),
+    ("--nnodes 2 --nproc-per-node 3 --nproc-per-node x", "argument --nproc-per-node: 'x' is not a whole number"),
+])
+def test_bad_node_options_are_one_sentence(capsys, monkeypatch, line, words):
+    def no_run(*args, **kwargs):
+        raise AssertionError("a rank was started after a bad option")
+
+    monkeypatch.setattr("sandbox.launcher.run_script", no_run)
+    assert magic.run_cell(line, "print('never')\n") is None
+    out = capsys.readouterr()
+    assert out.err.startswith("%%sandbox: ") and words in out.err, out.err
+    assert out.err.count("\n") == 1 and out.out == ""
+
+
+def test_nodes_without_privileges_are_one_sentence(capsys, monkeypatch):
+    why = "simulated nodes need root (network namespaces and a bridge): run as root, e.g. in a container."
+    monkeypatch.setattr(nodes, "available", lambda: (False, why))  # as on a machine without root
+    assert magic.run_cell("--nnodes 2 --nproc-per-node 2", "print('never')\n") is None
+    out = capsys.readouterr()
+    assert out.err == f"%%sandbox: {why}\n" and out.out == ""

@@ -2,12 +2,24 @@
 bodies run on every sandbox rank. The pytester tests run a marked test file in a pytest of its own, to show how a
 hang, a failing rank and a contract warning fail there."""
 import os
+import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from sandbox import nodes
+
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def two_nodes(clean):
+    """Simulated nodes can be made here (root), else a skip with the reason; asked in the test process only (the
+    ranks import this module too: they must not probe)."""
+    ok, why = nodes.available()
+    if not ok:
+        pytest.skip(why)
 
 
 @pytest.mark.sandbox(world_size=4)
@@ -22,6 +34,14 @@ def test_fixture_values_reach_every_rank(tmp_path):
     (tmp_path / f"rank-{dist.get_rank()}").write_text("here")
     dist.barrier()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0", "rank-1", "rank-2"]
+
+
+@pytest.mark.sandbox(nnodes=2, nproc_per_node=2)
+def test_two_nodes_of_two_ranks_each(two_nodes):
+    seen = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, (socket.gethostname(), os.environ["LOCAL_RANK"], os.environ["NODE_RANK"]))
+    # ranks 0-1 on node0, 2-3 on node1, local ranks 0-1 on each: every rank sees the whole picture
+    assert seen == [("node0", "0", "0"), ("node0", "1", "0"), ("node1", "0", "1"), ("node1", "1", "1")]
 
 
 INNER = '''
@@ -70,19 +90,25 @@ class TestInAClass:
 @pytest.mark.sandbox(world_size=2, colour="red")
 def test_bad_option():
     pass
+
+
+@pytest.mark.sandbox(world_size=4, nnodes=2)
+def test_world_size_with_nodes():
+    pass
 '''
 
 
 def test_failures_carry_the_sandbox_s_diagnosis(pytester):
     pytester.makepyfile(test_inner=INNER)
     r = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-rN")  # -rN: no summary repeating headlines
-    r.assert_outcomes(passed=1, failed=5)
+    r.assert_outcomes(passed=1, failed=6)
     out = r.stdout.str()
     assert out.count("HANG [collective_mismatch]: 4 ranks") == 1, out  # the headline once, as "sandbox: HANG ..."
     assert "sandbox: HANG [collective_mismatch]: 4 ranks" in out
     assert "ranks 0, 1 and 3 call all_reduce" in out and "rank 2 calls broadcast" in out
     assert "sandbox: ERROR [rank_error]: 2 ranks" in out and "AssertionError: only rank 0 may be here" in out
     assert "@pytest.mark.sandbox takes world_size and" in out and "colour" in out
+    assert "world_size is the number of ranks on one node: with nnodes give nproc_per_node instead." in out
     # pytest's assertion introspection, on every rank: the ranks run the test file as pytest rewrote it
     assert out.count("ERROR [rank_error]: 4 ranks") == 1, out
     for rank in range(4):

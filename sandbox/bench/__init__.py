@@ -5,6 +5,7 @@
     python -m sandbox.bench --gpu -n 2                 # NCCL, one GPU per rank, sizes up to 1 GiB
     python -m sandbox.bench --quick --json             # every point's fields, for machines
     python -m sandbox.bench --quick --advice --plot out/   # + the advice as ratios, + PNGs (latency, busbw vs size)
+    python -m sandbox.bench --nnodes 2 --nproc-per-node 2 --cap 1gbit   # simulated nodes (root): inside vs across
 
 One `launch` per world size: its rank function sweeps every op and size, so a sweep costs one torch import per world
 size, not one per point. Each point: warm-up calls, then K timed calls; before each call a barrier lines the ranks up,
@@ -41,13 +42,17 @@ compute against an async all_reduce overlapping that compute; 8 training steps s
 against every 4th; and the kv-sync bug's cache exchange (8 layers, each rank owning a slice, every rank ending with
 all) done pairwise, as a ring, and as one `batch_isend_irecv`. Each is printed as a ratio of medians.
 
+`--nnodes K` (with `--nproc-per-node P`, torchrun's names, and `--cap RATE`) measures on K simulated nodes instead,
+in one launch: all_reduce in a group inside a node against a group of the same size across nodes, and a
+hierarchical all_reduce against a flat one, as ratios (see `sandbox.bench.multinode`).
+
 The ranks measure inside `sandbox.trace.paused()`: torch.distributed is torch's own there, so the tracer's per-call
 cost is not in the figures; a hang inside the sweep is therefore stopped by the run's timeout, not named by the hang
 rule.
 
 The package, one job a file: `stats` (the ops, nccl-tests' sizes and factors, a point's statistics, the alpha-beta
-fit, the tables), `sweep` (the ranks' timing loop), `advice` (the advice, measured), `plot` (the PNGs), `__main__`
-(the command line).
+fit, the tables), `sweep` (the ranks' timing loop), `advice` (the advice, measured), `multinode` (several simulated
+nodes), `plot` (the PNGs), `__main__` (the command line).
 """
 from sandbox.bench.advice import ADVICE_N, KV_LAYERS, KV_SIZES, advice, advice_lines
 from sandbox.bench.plot import plot

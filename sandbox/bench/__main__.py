@@ -8,6 +8,7 @@ import time
 
 from sandbox import bench, cli, defaults
 from sandbox.bench.advice import advice, advice_lines
+from sandbox.bench.multinode import NODE_SIZES, QUICK_NODE_SIZES
 from sandbox.bench.stats import (ALIASES, DEFAULT_SIZES_CPU, DEFAULT_SIZES_GPU, GIB, KIB, MEMCPY_BYTES, MIB, OPS,
                                  QUICK_SIZES, alpha_beta, fit_table, fmt_size, table)
 
@@ -53,6 +54,46 @@ def _world_sizes(text: str) -> list[int]:
     return sorted(set(out))
 
 
+def _nnodes(text: str) -> int:
+    v = cli.positive_int(text)
+    if v < 2:
+        raise cli.argparse.ArgumentTypeError("1 node has no link between nodes to measure: give 2 or more")
+    return v
+
+
+def _per_node(text: str) -> int:
+    v = cli.positive_int(text)
+    if v < 2:
+        raise cli.argparse.ArgumentTypeError("1 rank per node leaves no group inside a node to compare with: give 2"
+                                             " or more")
+    return v
+
+
+def _cap(text: str) -> str:
+    from sandbox import nodes  # torch-free: the rate is checked as the nodes will read it
+
+    try:
+        nodes.tbf_args(text)
+    except ValueError as e:
+        raise cli.argparse.ArgumentTypeError(str(e).rstrip(".")) from None
+    return text.strip().lower()
+
+
+def _check_nodes(p, a) -> None:
+    """--nnodes is its own measurement: the one-node sweep's options do not apply to it, nor its options without it."""
+    if a.nnodes is None:
+        if a.nproc_per_node is not None or a.cap is not None:
+            p.error("--nproc-per-node and --cap measure several simulated nodes: give --nnodes too")
+        return
+    if a.n is not None:
+        p.error("-n is the world sizes of the one-node sweep: with --nnodes give --nproc-per-node instead")
+    other = [flag for flag, v in (("--ops", a.ops), ("--advice", a.advice), ("--plot", a.plot), ("--gpu", a.gpu)) if v]
+    if other:
+        named = other[0] if len(other) == 1 else f"{', '.join(other[:-1])} and {other[-1]}"
+        p.error(f"{named} {'is' if len(other) == 1 else 'are'} for the one-node sweep: --nnodes measures all_reduce"
+                f" inside and across nodes")
+
+
 def parse(argv=None):
     p = cli.Parser(prog=PROG, description=bench.__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a short sweep: n=2,4; 4 B, 64 KiB, 4 MiB, 64 MiB; 5 iters")
@@ -67,13 +108,24 @@ def parse(argv=None):
                    help="also measure the document's advice (batching, overlap, sync every k) and the kv-sync"
                         " exchange (pairwise, ring, batch_isend_irecv) on 3 and 4 ranks, as ratios")
     p.add_argument("--plot", metavar="DIR", help="write latency and bus-bandwidth PNGs there")
+    p.add_argument("--nnodes", type=_nnodes, metavar="K",
+                   help="measure on K simulated nodes instead (needs root): all_reduce inside a node vs across nodes,"
+                        " and hierarchical vs flat, as ratios (sizes 64 KiB .. 64 MiB; --quick up to 16 MiB)")
+    p.add_argument("--nproc-per-node", type=_per_node, metavar="P",
+                   help="ranks on each node, with --nnodes (default 2: with one there is no group inside a node)")
+    p.add_argument("--cap", type=_cap, metavar="RATE",
+                   help="with --nnodes: every node's link capped to RATE both ways (tc tbf), e.g. 1gbit, 100mbit;"
+                        " default no cap (loopback speed)")
     p.add_argument("--timeout", type=cli.positive_seconds, default=900.0, help="limit per world size, s (900)")
     a = p.parse_args(argv)
     if a.warmup is not None and a.warmup < 0:
         p.error(f"--warmup {a.warmup} must be 0 or more")
+    _check_nodes(p, a)
+    a.nproc_per_node = a.nproc_per_node or 2
     a.n = a.n or ([2, 4] if a.quick else [2] if a.gpu else [2, 4, 8])
     a.ops = a.ops or list(OPS)
-    a.sizes = a.sizes or list(QUICK_SIZES if a.quick else DEFAULT_SIZES_GPU if a.gpu else DEFAULT_SIZES_CPU)
+    a.sizes = a.sizes or list((QUICK_NODE_SIZES if a.quick else NODE_SIZES) if a.nnodes else
+                              QUICK_SIZES if a.quick else DEFAULT_SIZES_GPU if a.gpu else DEFAULT_SIZES_CPU)
     a.iters = a.iters or (5 if a.quick else 20)
     a.warmup = a.warmup if a.warmup is not None else (2 if a.quick else 3)
     return a
@@ -85,6 +137,7 @@ class _Sweep:
     def __init__(self):
         self.points, self.memcpy, self.unsupported, self.failures, self.threads = [], {}, {}, [], None
         self.advice: dict = {}
+        self.nodes: dict | None = None  # --nnodes: rank 0's figures (sandbox.bench.multinode)
 
     def add(self, n: int, res) -> None:
         if not res.ok or not res.values or not res.values[0]:
@@ -99,18 +152,29 @@ class _Sweep:
             self.unsupported[f"{op} (n={n})"] = why
 
 
-def _measure(a, s: _Sweep) -> None:
-    """One launch per world size (and the advice's), rank 0's progress lines echoed as they come."""
-    from sandbox.bench.sweep import rank_sweep
-    from sandbox.launcher import launch
-
+def _echo():
     lock = threading.Lock()
 
     def echo(rank, line):
         with lock:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
+    return echo
 
+
+def _measure(a, s: _Sweep) -> None:
+    """One launch per world size (and the advice's), rank 0's progress lines echoed as they come."""
+    from sandbox.bench.sweep import rank_sweep
+    from sandbox.launcher import launch
+
+    echo = _echo()
+    if a.nnodes:
+        from sandbox.bench.multinode import measure
+
+        s.nodes, more = measure(nnodes=a.nnodes, per=a.nproc_per_node, cap=a.cap, sizes=a.sizes, iters=a.iters,
+                                warmup=a.warmup, timeout=a.timeout, on_output=echo)
+        s.failures += more
+        return
     for n in a.n:
         s.add(n, launch(rank_sweep, world_size=n, args=(a.ops, a.sizes, a.iters, a.warmup, a.gpu), init=True,
                         gpu=a.gpu, timeout=a.timeout, hang_after=max(60.0, a.timeout / 2), on_output=echo))
@@ -126,6 +190,20 @@ def _print_json(a, s: _Sweep, wall: float) -> None:
                       "failures": s.failures,
                       "advice_s": {str(k): v for k, v in s.advice.items()}, "alpha_beta": alpha_beta(s.points),
                       "wall_s": wall, "gpu": a.gpu}, indent=1))
+
+
+def _print_nodes(a, s: _Sweep, wall: float) -> None:
+    from sandbox.bench.multinode import lines
+
+    if a.json:
+        print(json.dumps({**(s.nodes or {}), "failures": s.failures, "wall_s": wall, "iters": a.iters,
+                          "warmup": a.warmup}, indent=1))
+        return
+    if s.nodes:
+        print("\n".join(lines(s.nodes)))
+        print()
+    print(f"median of {a.iters} iterations after {a.warmup} warm-up, slowest rank per iteration;"
+          f" {wall:.0f} s in all")
 
 
 def _print_text(a, s: _Sweep, wall: float) -> None:
@@ -157,13 +235,13 @@ def main(argv=None) -> int:
     try:
         _measure(a, s)
     except UsageError as e:
-        cli.say(PROG, str(e))
+        cli.say(PROG, " ".join(str(e).split()))  # one line, even where the sentence quotes a command's own output
         return 2
     except Interrupted as e:
         cli.say(PROG, "interrupted.")
         return defaults.interrupted_exit(e.signal)
     wall = time.perf_counter() - t0
-    (_print_json if a.json else _print_text)(a, s, wall)
+    (_print_nodes if a.nnodes else _print_json if a.json else _print_text)(a, s, wall)
     if a.plot and s.points:
         from sandbox.bench.plot import plot
 

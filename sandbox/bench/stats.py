@@ -82,7 +82,7 @@ def fmt_bw(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def _columns(head: tuple, rows: list[tuple], right: set[int]) -> str:
+def columns(head: tuple, rows: list[tuple], right: set[int]) -> str:
     """Rows under a header and a rule, each column as wide as its widest cell; `right` columns right-aligned."""
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     return "\n".join("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
@@ -99,7 +99,7 @@ def table(points: list[dict], memcpy: dict[int, float]) -> str:
         rows.append((p["op"], str(p["n"]), fmt_size(p["size_bytes"]) if p["op"] != "barrier" else "-",
                      fmt_time(p["lat_median_s"]), f"{fmt_time(p['lat_p10_s'])}-{fmt_time(p['lat_p90_s'])}",
                      fmt_bw(p["algbw_GBps"]), fmt_bw(p["busbw_GBps"]), share))
-    return _columns(head, rows, right={1, 2, 3, 5, 6, 7})
+    return columns(head, rows, right={1, 2, 3, 5, 6, 7})
 
 
 # ------------------------------------------------------------------------------------------------ the alpha-beta model
@@ -132,4 +132,4 @@ def fit_table(fits: list[dict]) -> str:
     head = ("op", "n", "alpha", "beta GB/s", "residual")
     rows = [(f["op"], str(f["n"]), fmt_time(f["alpha_s"]) if f["alpha_s"] > 0 else f"{f['alpha_s'] * 1e6:.3g} us",
              fmt_bw(f["beta_GBps"]), f"{100 * f['rms_rel_residual']:.2g}%") for f in fits]
-    return _columns(head, rows, right={1, 2, 3, 4})
+    return columns(head, rows, right={1, 2, 3, 4})
