@@ -14,6 +14,8 @@ from sandbox.result import Diagnosis, RankResult, RunResult
 
 LOG_CAP = 1 << 20           # the most of a rank's log a result carries (its tail)
 RANK_WORD = re.compile(r"\b[Rr]ank (\d+)\b(?! \()")  # 'rank 2', 'Rank 2' (not 'ranks 0-3', nor one already named)
+# 'ranks 0 and 1', 'ranks 0-3', 'ranks 0, 2 and 5' (the forms sandbox.words.ranks writes), not one already named
+RANKS_WORD = re.compile(r"\b[Rr]anks (\d+-\d+|\d+(?:, \d+)* and \d+)\b(?! \()")
 QUOTED = re.compile(r"`[^`]*`")  # code the diagnosis quotes
 
 
@@ -113,7 +115,15 @@ def on_nodes(diag: Diagnosis, ranks: list[RankResult]) -> Diagnosis:
             if not host.get(r) or any(a <= m.start() < b for a, b in kept):
                 return m.group(0)
             return f"{m.group(0)} ({host[r]})"
-        return RANK_WORD.sub(one, text)
+
+        def several(m):  # one node: '(node0)'; spread: '(on node0 and node1)'
+            a, _, b = m.group(1).partition("-")
+            rs = range(int(a), int(b) + 1) if b else [int(x) for x in re.split(r", | and ", m.group(1))]
+            hosts = sorted({host.get(r) for r in rs})
+            if None in hosts or any(x <= m.start() < y for x, y in kept):
+                return m.group(0)
+            return f"{m.group(0)} ({hosts[0]})" if len(hosts) == 1 else f"{m.group(0)} (on {words.listed(hosts)})"
+        return RANKS_WORD.sub(several, RANK_WORD.sub(one, text))
     return dataclasses.replace(diag, cause=named(diag.cause), lead=named(diag.lead),
                                notes=tuple(named(n) for n in diag.notes),
                                details={**diag.details, "nodes": {str(r): h for r, h in host.items()}})
