@@ -112,9 +112,9 @@ def node_failure(kill: dict, diag: Diagnosis, ranks: list, per_node: int, *, aft
     dead = list(range(kill["node"] * per_node, (kill["node"] + 1) * per_node))
     peers = [rr.rank for rr in ranks if rr.rank not in dead and str(rr.outcome) != "ok"]
     when = kill["what"].split(" (")[0].split(" was ", 1)[1]
-    cause = (f"Node{kill['node']} died: {when}, with {words.ranks(dead)} on it, and the job could not go on "
+    cause = (f"Node{kill['node']} died: {when}, taking {words.ranks(dead)} with it, and the job could not go on "
              f"without them")
-    cause += f" ({words.ranks(peers)} then failed or were ended: a consequence)." if peers else "."
+    cause += f"; {words.ranks(peers)} then failed or were ended, a consequence." if peers else "."
     if after:
         cause += " " + after
     return Diagnosis(kind="node_failure", cause=cause, culprit_ranks=dead,

@@ -32,7 +32,9 @@ def test_a_node_killed_mid_run_is_the_diagnosis(clean):
     d = res.diagnosis
     assert res.verdict in ("crash", "error") and (d.kind, d.culprit_ranks, d.details["node"]) == \
         ("node_failure", [2, 3], "node1"), d.summary
-    assert d.summary.startswith("Node1 died: killed when rank 2 (node1) entered its call 6, with ranks 2 and 3 on it")
+    assert d.summary.startswith("Node1 died: killed when rank 2 (node1) entered its call 6, taking ranks 2 and 3 "
+                                "(node1) with it, and the job could not go on without them; ranks 0 and 1 (node0) "
+                                "then failed or were ended, a consequence.")
     assert [r.outcome for r in res.ranks[2:]] == ["crashed", "crashed"]
     drawn = [e for e in res.events if e.get("ev") == "fault"]
     assert [(e["kind"], e["node"], e["label"]) for e in drawn] == [("kill", 1, "node1 killed")]

@@ -103,8 +103,8 @@ def test_a_node_killed_without_restarts_fails_and_the_dead_node_is_named(clean, 
     assert p.returncode == 1 and d["verdict"] in ("crash", "error")
     diag = d["diagnosis"]
     assert (diag["kind"], diag["culprit_ranks"], diag["details"]["node"]) == ("node_failure", [2, 3], "node1"), diag
-    assert diag["summary"].startswith("Node1 died: killed when rank 2 (node1) entered its call 6, with ranks 2 and 3 "
-                                      "on it, and the job could not go on without them"), diag["summary"]
+    assert diag["summary"].startswith("Node1 died: killed when rank 2 (node1) entered its call 6, taking ranks 2 and 3 "
+                                      "(node1) with it, and the job could not go on without them"), diag["summary"]
     assert "With --max-restarts 0 torchrun does not restart the workers" in diag["summary"]
     assert nodes.leftovers(p.pid) == []
 
