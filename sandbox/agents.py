@@ -239,12 +239,12 @@ class AgentsRun:
             diag = faultlib.node_failure(killed[-1], diag, ranks, self.per, after="With --max-restarts 0 torchrun "
                                          "does not restart the workers: the work since the last checkpoint is lost."
                                          if self.max_restarts == 0 else "")
-        diag = faultlib.stated(on_nodes(diag, ranks), injected)
+        diag = on_nodes(faultlib.stated(diag, injected), ranks)
         restarts = self._restarts()
         if restarts:
-            diag = diag.noted(f"torchrun restarted the workers {restarts} time{'s' if restarts != 1 else ''} "
-                              f"(--max-restarts {self.max_restarts}); this report is the last attempt's, the earlier"
-                              " traces are in the trace directory's attempts/.")
+            diag = diag.noted(f"The workers were restarted {restarts} time{'s' if restarts != 1 else ''} by torchrun "
+                              f"(--max-restarts {self.max_restarts}); this report is the last attempt's" + (
+                                  "." if self.owns_dir else f", the earlier ones' traces are in {self.dir}/attempts/."))
         codes = {i: a.returncode for i, a in self.agents.items()}
         if j.verdict == "ok" and any(c not in (0, None) for c in codes.values()):
             diag = diag.noted("torchrun's agents exited with " + ", ".join(f"node{i}: {c}" for i, c in codes.items()))

@@ -5,11 +5,16 @@
     python -m sandbox.run -n 2 --hang-after 2 --timeout 60 --timeline hang.png --stacks train.py
     python -m sandbox.run -n 2 -v --debug DETAIL train.py   # -v: what the sandbox itself does, timed, on stderr
     python -m sandbox.run --nnodes 2 --nproc-per-node 2 train.py  # two simulated nodes (as root), two ranks each
+    python -m sandbox.run --nnodes 2 --nproc-per-node 2 --link-down 1@3s+5s --timeline t.png train.py
+    python -m sandbox.run --launcher torchrun --nnodes 2 --nproc-per-node 2 --max-restarts 1 --kill-node 1@rank2:10 \
+        train.py                                                  # torchrun's own agents; node1 dies, restarts
 
 Every rank gets the environment torchrun gives (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, GROUP_RANK, TORCHELASTIC_*), so a script that runs under torchrun runs here unchanged;
 with --nnodes, each node's ranks run inside their own network namespace (node0, node1, ...) with torchrun's
-multi-node environment (MASTER_ADDR=node0, LOCAL_RANK counted per node, GROUP_RANK/NODE_RANK the node).
+multi-node environment (MASTER_ADDR=node0, LOCAL_RANK counted per node, GROUP_RANK/NODE_RANK the node);
+--launcher torchrun runs PyTorch's own elastic agent on each node instead (sandbox.agents), and faults (--kill-node,
+--link-down, --cap) are injected from outside the nodes under either launcher (sandbox.faults).
 A script (or -m module) that does not compile is reported once, as Python reports it, before any rank starts.
 Exit code: 0 when every rank succeeded, 1 when the run failed, hung or timed out (or the script does not compile,
 or with --strict it broke a contract: the report's last line says so), 2 on a usage error, 130/143 when

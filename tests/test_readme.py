@@ -77,6 +77,12 @@ def differences(shown: str, printed: str) -> list[str]:
 # Each output block of the README is found by a phrase of the line that introduces it.
 MISMATCH = "What you see for `examples/mismatch.py`"
 JUPYTER_OUT = "`print(_sandbox)` in the next cell"
+WHERE = "What `examples/where.py` prints on two nodes"
+KILLED = "What the node killed mid-training comes to"
+# the commands those two blocks show, as the tests run them (the README shows them with .venv/bin/python)
+WHERE_ARGS = ("--nnodes", "2", "--nproc-per-node", "2", "examples/where.py")
+KILLED_ARGS = ("--launcher", "torchrun", "--nnodes", "2", "--nproc-per-node", "2", "--max-restarts", "1",
+               "--kill-node", "1@rank2:10", "examples/checkpointed.py")
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +157,33 @@ def test_a_changed_line_fails(change):
     assert differences(SHOWN.replace(old, new, 1), SHOWN) != []
 
 
+def _nodes_ok() -> tuple[bool, str]:
+    from sandbox import nodes
+
+    return nodes.available()
+
+
+@pytest.mark.parametrize("marker, args", [
+    (WHERE, WHERE_ARGS), pytest.param(KILLED, KILLED_ARGS, marks=pytest.mark.slow)])
+def test_readme_several_nodes_outputs_are_what_the_runs_print(clean, marker, args):
+    ok, why = _nodes_ok()
+    if not ok:
+        pytest.skip(why)
+    text = _read(README)
+    assert ".venv/bin/python -m sandbox.run " + " ".join(args) in text
+    p = run_cli("sandbox.run", *args, env={"NO_COLOR": "1"}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # what may differ run to run: the cluster's subnet (the first free one on the machine), and the step a restarted
+    # worker resumes at (where the kill landed against rank 0's last checkpoint)
+    same = [(r"10\.213\.\d+\.", "10.213.S."), (r"starting at step \d+", "starting at step N")]
+
+    def stable(text: str) -> str:
+        for pattern, to in same:
+            text = re.sub(pattern, to, text)
+        return text
+    assert differences(stable(block_after(text, marker)), stable(p.stdout)) == []
+
+
 def _jupyter_printed(text: str) -> str:
     line, body = _jupyter_cell(text)
     printed = run_in_kernel(
@@ -188,6 +221,11 @@ def paste() -> None:
                        capture_output=True, text=True, timeout=300, env=dict(os.environ, NO_COLOR="1"))
     text = _read(README)
     outputs = {MISMATCH: p.stdout, JUPYTER_OUT: _jupyter_printed(text)}
+    for marker, args in ((WHERE, WHERE_ARGS), (KILLED, KILLED_ARGS)):  # as root only: simulated nodes
+        if _nodes_ok()[0]:
+            outputs[marker] = subprocess.run([sys.executable, "-m", "sandbox.run", *args], cwd=ROOT,
+                                             capture_output=True, text=True, timeout=300,
+                                             env=dict(os.environ, NO_COLOR="1")).stdout
     lines = text.splitlines()
     for marker, out in outputs.items():
         out = [line.rstrip() for line in out.strip("\n").splitlines()]

@@ -85,8 +85,10 @@ def test_a_node_killed_under_max_restarts_1_restarts_and_finishes(clean, tmp_pat
     p, d, trace = train(tmp_path, "--max-restarts", "1", "--kill-node", "1@rank2:6")
     assert p.returncode == 0 and d["verdict"] == "ok", d["diagnosis"]
     text = d["diagnosis"]["summary"]
-    assert "Node1 was killed when rank 2 entered its call 6" in text
-    assert "torchrun restarted the workers 1 time (--max-restarts 1)" in text
+    assert "Node1 was killed when rank 2 (node1) entered its call 6 (3 processes): its torchrun agent and its " \
+           "workers; it came back with a fresh agent." in text
+    assert f"The workers were restarted 1 time by torchrun (--max-restarts 1); this report is the last attempt's, the " \
+           f"earlier ones' traces are in {trace}/attempts/." in text
     # the last attempt resumed from the checkpoint and finished on every rank; the first is kept beside it
     for r in d["ranks"]:
         starts = [line.split() for line in r["output"].splitlines() if line.startswith("START")]

@@ -61,7 +61,7 @@ class Run(Starting, Watching, Stopping, Assembling):
                  preload: list[str] | tuple = (), warm: bool | None = None, nnodes: int = 1,
                  node_options: dict | None = None, faults: list | tuple = ()):
         options.check(world_size, hang_after, timeout, pg_timeout, env)
-        options.check_nodes(world_size, nnodes, node_options)
+        options.check_nodes(world_size, nnodes, node_options, gpu)
         options.check_faults(list(faults), world_size, nnodes)
         self.target, self.n = target, world_size
         self.settings = policy.Settings(hang_after=float(hang_after), timeout=float(timeout))

@@ -53,7 +53,7 @@ def trace_dir(path: str) -> str:
     return os.path.abspath(path)
 
 
-def check_nodes(world_size: int, nnodes, node_options: dict | None = None) -> None:
+def check_nodes(world_size: int, nnodes, node_options: dict | None = None, gpu: bool = False) -> None:
     """Several simulated nodes: a whole number that divides the ranks, the privileges namespaces need (the
     sentence `sandbox.nodes.available` gives, checked only when more than one node is asked for), and options the
     nodes know."""
@@ -61,6 +61,8 @@ def check_nodes(world_size: int, nnodes, node_options: dict | None = None) -> No
         raise UsageError(f"the number of nodes must be a whole number of at least 1, not {nnodes!r}.")
     if world_size % nnodes:
         raise UsageError(f"{world_size} ranks cannot be spread evenly over {nnodes} nodes.")
+    if gpu and nnodes > 1:
+        raise UsageError("simulated nodes run CPU ranks (gloo): leave out --gpu with --nnodes.")
     if nnodes > 1:
         from sandbox import nodes  # namespaces are only touched when several nodes are asked for
 
