@@ -1,6 +1,7 @@
 """Simulated nodes: each a Linux network namespace with its own hostname, address and loopback, all plugged into one
 bridge that lives in a "switch" namespace of its own. Needs root; everything goes through the `ip` command and a few
-syscalls (Python 3.11 has no os.setns). Imports nothing of the sandbox's and no torch.
+syscalls (Python 3.11 has no os.setns). Imports no torch; the machine-side bookkeeping (names, leftovers, cleanup,
+whether namespaces work here) is `sandbox.netns`'s, re-exported here.
 
 Why this shape:
 - Nothing is created in the machine's own namespace, not even for a moment: veth pairs are made inside the switch
@@ -25,22 +26,18 @@ import functools
 import logging
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass
 
+from sandbox import netns as ns
+from sandbox.netns import available, cleanup_stale, leftovers  # noqa: F401  (re-exported: the nodes' API)
+
 log = logging.getLogger("sandbox.nodes")
 
-PREFIX = "dsbx"
-RUN_DIR = "/run/netns"  # where `ip netns add` pins a namespace (a bind mount of it)
-ETC_DIR = "/etc/netns"  # where `ip netns exec` finds per-namespace /etc files
 SUBNET = "10.213.{slot}.0/24"
-IP_TIMEOUT_S = 10.0  # one `ip` command; they take milliseconds, this only bounds a stuck one
-DIE_WAIT_S = 2.0     # processes killed in a namespace must be gone within this, or they are reported
 MAX_SLOTS = 256
-_OURS = re.compile(rf"^{PREFIX}-(\d+)-")
 
 _CLONE_NEWNET, _CLONE_NEWUTS, _CLONE_NEWNS = 0x40000000, 0x04000000, 0x00020000
 _MS_BIND, _MS_REC, _MS_SLAVE, _MNT_DETACH = 0x1000, 0x4000, 1 << 19, 2
@@ -56,14 +53,6 @@ def _check(rc: int, what: str) -> None:
         raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
 
 
-def _ip(*args: str, batch: list[str] | None = None) -> None:
-    """Run `ip args` (with `-batch -` fed `batch` lines when given), bounded; raise with ip's own words on failure."""
-    argv = ["ip", *args] + (["-force", "-batch", "-"] if batch is not None else [])
-    p = subprocess.run(argv, input="\n".join(batch or []) + "\n", capture_output=True, text=True, timeout=IP_TIMEOUT_S)
-    if p.returncode != 0:
-        raise RuntimeError(f"`{' '.join(argv)}` failed: {(p.stderr or p.stdout).strip()}")
-
-
 @dataclass(frozen=True, kw_only=True)
 class Node:
     index: int
@@ -73,7 +62,7 @@ class Node:
 
     @property
     def hosts_path(self) -> str:
-        return f"{ETC_DIR}/{self.netns}/hosts"
+        return f"{ns.ETC_DIR}/{self.netns}/hosts"
 
     def enter(self) -> None:
         """Move the calling process into this node: its network namespace, a new UTS namespace named `hostname`,
@@ -81,7 +70,7 @@ class Node:
         `ip netns exec` does). Only for a single-threaded process that will not go back (a fresh child: unshare of
         the mount namespace fails where threads share the filesystem context)."""
         libc = _libc()
-        fd = os.open(f"{RUN_DIR}/{self.netns}", os.O_RDONLY)
+        fd = os.open(f"{ns.RUN_DIR}/{self.netns}", os.O_RDONLY)
         try:
             _check(libc.setns(fd, _CLONE_NEWNET), f"setns {self.netns}")
         finally:
@@ -104,7 +93,7 @@ class Node:
         libc = _libc()
         home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         try:
-            fd = os.open(f"{RUN_DIR}/{self.netns}", os.O_RDONLY)
+            fd = os.open(f"{ns.RUN_DIR}/{self.netns}", os.O_RDONLY)
             try:
                 _check(libc.setns(fd, _CLONE_NEWNET), f"setns {self.netns}")
             finally:
@@ -163,7 +152,7 @@ class Cluster:
 
     @property
     def switch(self) -> str:
-        return f"{PREFIX}-{self.owner_pid}-{self.slot}-sw"
+        return f"{ns.PREFIX}-{self.owner_pid}-{self.slot}-sw"
 
     def node(self, i: int) -> Node:
         return self.nodes[i]
@@ -174,22 +163,23 @@ class Cluster:
 
     def __enter__(self) -> Cluster:
         t0 = time.monotonic()
-        os.makedirs(ETC_DIR, exist_ok=True)
+        os.makedirs(ns.ETC_DIR, exist_ok=True)
         # One lock for the whole machine around "which slot is free" and taking it, so two clusters starting at
         # once cannot pick the same one; flock ends with its holder, so a killed one never leaves it held. Not on
         # /run/netns: `ip netns add` flocks that folder itself, and would wait for us forever.
-        lock = os.open(ETC_DIR, os.O_RDONLY)
+        lock = os.open(ns.ETC_DIR, os.O_RDONLY)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             cleanup_stale()
-            used = {int(n.split("-")[2]) for n in _ours(RUN_DIR) if re.match(rf"^{PREFIX}-\d+-\d+-", n)}
+            used = {int(n.split("-")[2]) for n in ns.ours(ns.RUN_DIR)
+                    if re.match(rf"^{ns.PREFIX}-\d+-\d+-", n)}
             self.slot = min(set(range(MAX_SLOTS)) - used, default=None)
             if self.slot is None:
                 raise RuntimeError(f"all {MAX_SLOTS} cluster subnets are in use; see `ip netns list`")
             base = self.subnet.rsplit(".", 1)[0]
             self.nodes = [Node(index=i, hostname=f"node{i}", address=f"{base}.{i + 1}",
-                               netns=f"{PREFIX}-{self.owner_pid}-{self.slot}-n{i}") for i in range(self.nnodes)]
-            _ip(batch=[f"netns add {ns}" for ns in self.names()])  # from here on the names hold the slot
+                               netns=f"{ns.PREFIX}-{self.owner_pid}-{self.slot}-n{i}") for i in range(self.nnodes)]
+            ns.ip(batch=[f"netns add {name}" for name in self.names()])  # from here on the names hold the slot
             os.close(lock)
             lock = None
             self._build()
@@ -219,9 +209,9 @@ class Cluster:
         for n in self.nodes:
             sw += [f"link add v{n.index} type veth peer name eth0 netns {n.netns}",
                    f"link set v{n.index} addrgenmode none", f"link set v{n.index} master br0 up"]
-        _ip("-n", self.switch, batch=sw + ["link set br0 up"])
+        ns.ip("-n", self.switch, batch=sw + ["link set br0 up"])
         for n in self.nodes:  # `-batch` lines cannot name a namespace: one `ip` per node
-            _ip("-n", n.netns, batch=["link set lo up", "link set eth0 addrgenmode none",
+            ns.ip("-n", n.netns, batch=["link set lo up", "link set eth0 addrgenmode none",
                                       f"addr add {n.address}/24 dev eth0", "link set eth0 up"])
         if self.cap is not None:
             for n in self.nodes:
@@ -232,8 +222,8 @@ class Cluster:
     def kill_node(self, i: int) -> list[int]:
         """SIGKILL every process inside node i (a power cut, as its peers see it); returns their pids. The node
         itself (namespace, address, link) stays, as a machine that reboots keeps its name and address."""
-        inode = os.stat(f"{RUN_DIR}/{self.nodes[i].netns}").st_ino
-        pids = _pids_in({inode})
+        inode = os.stat(f"{ns.RUN_DIR}/{self.nodes[i].netns}").st_ino
+        pids = ns.pids_in({inode})
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -244,22 +234,22 @@ class Cluster:
     def set_link(self, i: int, up: bool) -> None:
         """Take node i's link down (a pulled cable: the switch port goes down, so does the node's carrier; TCP
         connections over it stall rather than break, as on a real network) or bring it back up."""
-        _ip("-n", self.switch, "link", "set", f"v{i}", "up" if up else "down")
+        ns.ip("-n", self.switch, "link", "set", f"v{i}", "up" if up else "down")
 
     def cap_link(self, i: int, rate: str | None) -> None:
         """Cap node i's link to `rate` both ways with a token bucket (tc's tbf: the kernel here has no netem, so
         no delay or loss), or remove the cap with None."""
-        for ns, dev in ((self.nodes[i].netns, "eth0"), (self.switch, f"v{i}")):  # out of the node, into it
-            argv = ["tc", "-n", ns, "qdisc"] + (["replace", "dev", dev, "root", "tbf", *tbf_args(rate)]
+        for where, dev in ((self.nodes[i].netns, "eth0"), (self.switch, f"v{i}")):  # out of the node, into it
+            argv = ["tc", "-n", where, "qdisc"] + (["replace", "dev", dev, "root", "tbf", *tbf_args(rate)]
                                                  if rate is not None else ["del", "dev", dev, "root"])
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=IP_TIMEOUT_S)
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=ns.IP_TIMEOUT_S)
             if p.returncode != 0 and rate is not None:  # removing a cap that is not there is not a failure
                 raise RuntimeError(f"`{' '.join(argv)}` failed: {(p.stderr or p.stdout).strip()}")
 
     def close(self) -> list[str]:
         """Remove everything of this cluster (idempotent, bounded); returns what could not be removed."""
         t0, names, self.nodes, self.slot = time.monotonic(), self.names(), [], None
-        left = _remove(names)
+        left = ns.remove(names)
         for what in left:
             log.warning("cluster teardown left %s", what)
         log.info("cluster %s removed in %.3f s", names[-1] if names else "?", time.monotonic() - t0)
@@ -282,107 +272,3 @@ def tbf_args(rate: str) -> list[str]:
                          f"not {rate!r}.")
     bytes_per_s = float(m.group(1)) * _BITS[m.group(2)] / 8
     return ["rate", rate.strip().lower(), "burst", str(max(65536, int(bytes_per_s / 100))), "latency", "50ms"]
-
-
-def _ours(folder: str) -> list[str]:
-    """Names in `folder` that carry our prefix and an owner pid."""
-    try:
-        return sorted(n for n in os.listdir(folder) if _OURS.match(n))
-    except FileNotFoundError:  # nothing was ever put there on this machine
-        return []
-
-
-def _pids_in(inodes: set[int]) -> list[int]:
-    """Processes whose network namespace is one of `inodes` (what `ip netns pids` does, for many at once)."""
-    found = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                if os.stat(f"/proc/{d}/ns/net").st_ino in inodes:
-                    found.append(int(d))
-            except OSError:  # it ended meanwhile, or is a zombie (whose namespaces are already released)
-                pass
-    return found
-
-
-def _remove(names: list[str]) -> list[str]:
-    """End the processes still inside these namespaces (they would keep a namespace alive after its name is gone),
-    remove the names and the hosts folders. Bounded; returns what is left."""
-    inodes = set()
-    for ns in names:
-        try:
-            inodes.add(os.stat(f"{RUN_DIR}/{ns}").st_ino)
-        except OSError:  # never created, or already removed
-            pass
-    left = []
-    if inodes:
-        pids = _pids_in(inodes)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:  # it ended on its own meanwhile
-                pass
-        deadline = time.monotonic() + DIE_WAIT_S
-        while pids and time.monotonic() < deadline:
-            time.sleep(0.01)
-            pids = _pids_in(inodes)
-        left += [f"process {pid} inside a namespace of ours" for pid in pids]
-        try:
-            _ip(batch=[f"netns del {ns}" for ns in names if os.path.exists(f"{RUN_DIR}/{ns}")])
-        except (RuntimeError, subprocess.TimeoutExpired) as e:  # reported below as the names still there
-            log.warning("%s", e)
-    left += [f"netns {ns}" for ns in names if os.path.exists(f"{RUN_DIR}/{ns}")]
-    for ns in names:
-        shutil.rmtree(f"{ETC_DIR}/{ns}", ignore_errors=True)  # what remains is reported on the next line
-    left += [f"dir {ETC_DIR}/{ns}" for ns in names if os.path.exists(f"{ETC_DIR}/{ns}")]
-    return left
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie owner is as dead as a reaped one
-    except (OSError, IndexError):  # no such process
-        return False
-
-
-def leftovers(owner_pid: int | None = None) -> list[str]:
-    """What of ours exists now (of one owner, or of all): named namespaces (the interfaces, veths and bridges live
-    inside them and go with them), the mounts that pin them, and /etc/netns folders."""
-    def mine(name: str) -> bool:
-        return owner_pid is None or int(_OURS.match(name).group(1)) == owner_pid
-    out = [f"netns {n}" for n in _ours(RUN_DIR) if mine(n)] + [f"dir {ETC_DIR}/{n}" for n in _ours(ETC_DIR) if mine(n)]
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
-    return out + [f"mount {p}" for p in points if os.path.dirname(p) == RUN_DIR and _OURS.match(os.path.basename(p))
-                  and mine(os.path.basename(p))]
-
-
-def cleanup_stale() -> list[str]:
-    """Remove what clusters of owners that no longer exist left behind; returns the names removed."""
-    found = _ours(RUN_DIR) + _ours(ETC_DIR)
-    dead = {pid for pid in {int(_OURS.match(n).group(1)) for n in found} if not _alive(pid)}
-    names = sorted({n for n in found if int(_OURS.match(n).group(1)) in dead}, key=lambda n: n.endswith("-sw"))
-    if names:  # nodes first, switches last, as a cluster removes its own
-        log.info("removing leftovers of ended owners %s: %s", sorted(dead), names)
-        for what in _remove(names):
-            log.warning("stale cleanup left %s", what)
-    return names
-
-
-@functools.cache  # a probe costs two `ip` runs; the answer does not change while a process lives
-def available() -> tuple[bool, str]:
-    """(True, "") where simulated nodes can be made here, else (False, one sentence saying what is needed)."""
-    if not os.path.isdir("/proc/self/ns"):
-        return False, "simulated nodes need Linux network namespaces."
-    if os.geteuid() != 0:
-        return False, "simulated nodes need root (network namespaces and a bridge): run as root, e.g. in a container."
-    if shutil.which("ip") is None:
-        return False, "simulated nodes need the `ip` command (iproute2): install it, e.g. `apt-get install iproute2`."
-    probe = f"{PREFIX}-{os.getpid()}-probe"  # named like the rest, so a probe cut short is cleaned as stale
-    try:
-        _ip("netns", "add", probe)
-        _ip("netns", "del", probe)
-    except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
-        return False, f"simulated nodes need `ip netns add` to work, and here it does not ({e})."
-    return True, ""

@@ -45,7 +45,7 @@ def test_a_link_down_for_a_while_is_survived_and_stated(clean):
                                                                                                 "1@rank0:5+1s")])
     assert res.ok, res.diagnosis.summary
     assert res.values == [120.0] * 4  # every all_reduce summed all four ranks, the stalled one included
-    assert "Node1's link went down when rank 0 entered its call 5 for 1 s." in res.diagnosis.summary
+    assert "Node1's link went down when rank 0 (node0) entered its call 5 for 1 s." in res.diagnosis.summary
     (e,) = [e for e in res.events if e.get("ev") == "fault"]
     assert e["label"] == "node1 link down" and e["until"] - e["t"] == pytest.approx(1.0, abs=0.01)
 
