@@ -178,3 +178,15 @@ def test_bad_launcher_and_fault_options_are_one_sentence_and_exit_2(tmp_path, ar
 ])
 def test_fault_forms(kind, text, fault):
     assert faults.parse(kind, text) == fault
+
+
+def test_a_mismatch_under_torchrun_is_named_with_each_ranks_stack(clean):
+    p, out, err = sandbox_run("--launcher", "torchrun", "--nnodes", "2", "--nproc-per-node", "2", "--json",
+                              os.path.join(ROOT, "examples", "mismatch.py"))
+    assert p.returncode == 1, err
+    d = json.loads(out)
+    assert (d["verdict"], d["diagnosis"]["kind"], d["diagnosis"]["culprit_ranks"]) == ("hang", "collective_mismatch", [2])
+    assert "rank 2 (node1) calls broadcast" in d["diagnosis"]["summary"]
+    # the sandbox asked every hung worker for its Python stack before ending the nodes
+    assert all("mismatch.py" in (r["stack"] or "") for r in d["ranks"]), [r["stack"] for r in d["ranks"]]
+    assert nodes.leftovers(p.pid) == []
