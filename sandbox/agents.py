@@ -40,6 +40,7 @@ RDZV_PORT = 29400     # torchrun's own default; free in node0's namespace, which
 POLL_S = 0.1          # how often the sandbox looks at the agents and the traces
 STACK_WAIT_S = 1.0    # how long hung workers get to write their Python stacks
 AGENT_EXIT_S = 5.0    # how long a killed node's agent may take to be reaped
+FLIGHT_WAIT_S = 0.5   # how long the workers' Flight Recorder dumps may take
 AGENTS_GRACE_S = 10.0  # once one agent has ended by itself, how long the others get to end too
 WATCH_ENV = "SANDBOX_WATCH_PID"  # the launcher's pid, for workers that must not outlive it
 RESTARTED = re.compile(r"restart_count=(\d+)")  # torchrun's "Rendezvous complete for workers. Result: ..." line
@@ -135,21 +136,44 @@ class AgentsRun:
             for s, h in old.items():
                 signal.signal(s, h)
 
-    def _tracks(self) -> dict:
+    def _tracks(self, watching: bool = False) -> dict:
+        """The workers' tracks from their traces, merged with their Flight Recorder dumps. `watching`: a worker that
+        wrote its last line has the exit status that line says, as a launcher would know it (so the hang rule sees
+        it finished, not idle)."""
         if not os.path.exists(os.path.join(self.dir, events.META_FILE)):
             return {}
         tracks = policy.fill_missing(events.load_dir(self.dir))
         dumps = flight.read_run(self.dir)
-        return flight.merge(tracks, dumps) if dumps else tracks
+        tracks = flight.merge(tracks, dumps) if dumps else tracks
+        for t in tracks.values() if watching else ():
+            if t.end is not None and t.exit_code is None:
+                t.exit_code = 0 if t.end.get("outcome") == "ok" else (t.end.get("exit_code") or 1)
+        return tracks
+
+    def _ask_flight(self, tracks: dict) -> None:
+        """SIGUSR2 to every live worker whose recorder is armed: it dumps what its process groups did, the calls
+        made in C++ (DDP's gradient all_reduce) included; then a bounded wait for the dumps."""
+        asked = {}
+        for t in tracks.values():
+            pid = (t.hello or {}).get("pid")
+            if t.exit_code is None and pid and t.hello.get("flight"):
+                path = os.path.join(self.dir, f"fr-{t.rank}.pkl")
+                asked[path] = os.stat(path).st_mtime_ns if os.path.exists(path) else 0
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGUSR2)
+        deadline = time.monotonic() + FLIGHT_WAIT_S
+        while time.monotonic() < deadline and any(
+                not os.path.exists(p) or os.stat(p).st_mtime_ns == m for p, m in asked.items()):
+            time.sleep(0.02)
 
     def _watch(self, t0: float) -> None:
-        size, last_change, first_end = -1, time.monotonic(), None
+        size, last_change, first_end, asked = -1, time.monotonic(), None, time.monotonic()
         while True:
             time.sleep(POLL_S)
             now = time.monotonic()
             if self.held:
                 return self._stop("interrupted")
-            tracks = self._tracks()
+            tracks = self._tracks(watching=True)
             self.schedule.poll(now - t0, lambda r: faultlib.calls_entered(tracks[r]) if r in tracks else 0)
             ended = [i for i, a in self.agents.items() if a.poll() is not None]
             if len(ended) == len(self.agents):
@@ -161,15 +185,19 @@ class AgentsRun:
                 # rendezvous that will not come, as a node that rejoined after the others stopped would
                 waiting = [f"node{i}" for i in self.agents if i not in ended]
                 self.schedule.injected.append({"t": time.time(), "elapsed": now - t0, "node": None, "kind": "end",
-                                      "what": f"the torchrun agent on {', '.join(waiting)} was still waiting for a "
-                                              f"rendezvous {AGENTS_GRACE_S:g} s after the job ended; the sandbox "
-                                              "ended it"})
+                                      "what": f"the torchrun agent on {', '.join(waiting)} was still running "
+                                              f"{AGENTS_GRACE_S:g} s after the one on "
+                                              f"{', '.join(f'node{i}' for i in ended)} ended; the sandbox ended it"})
                 return self._stop("agents")
             grown = sum(len(t.events) for t in tracks.values())
             if grown != size:
                 size, last_change = grown, now
-            live = {r: t for r, t in tracks.items() if t.end is None}
-            d = policy.decide(live, time.time(), elapsed=now - t0, quiet_s=now - last_change, failed_since=None,
+            if min(now - last_change, now - asked) >= self.settings.hang_after:
+                # quiet traces: some workers may be blocked where the tracer cannot see (a collective made in C++)
+                self._ask_flight(tracks)
+                asked, tracks = time.monotonic(), self._tracks(watching=True)
+            live = {r: t for r, t in tracks.items() if t.exit_code is None}
+            d = policy.decide(tracks, time.time(), elapsed=now - t0, quiet_s=now - last_change, failed_since=None,
                               settings=self.settings) if live else None
             if now - t0 > self.settings.timeout:
                 return self._stop(policy.TIMEOUT)

@@ -190,3 +190,14 @@ def test_a_mismatch_under_torchrun_is_named_with_each_ranks_stack(clean):
     # the sandbox asked every hung worker for its Python stack before ending the nodes
     assert all("mismatch.py" in (r["stack"] or "") for r in d["ranks"]), [r["stack"] for r in d["ranks"]]
     assert nodes.leftovers(p.pid) == []
+
+
+def test_ddps_cpp_all_reduce_is_seen_under_torchrun_through_the_flight_recorder(clean):
+    # examples/framework/ddp_uneven.py: rank 3 runs a 4th step; its gradient all_reduce is made in DDP's C++ reducer,
+    # which only the workers' Flight Recorders see (the sandbox asks them for dumps when the traces go quiet)
+    p, out, err = sandbox_run("--launcher", "torchrun", "--nnodes", "2", "--nproc-per-node", "2", "--json",
+                              os.path.join(ROOT, "examples", "framework", "ddp_uneven.py"))
+    assert p.returncode == 1, err
+    d = json.loads(out)
+    assert (d["diagnosis"]["kind"], d["diagnosis"]["culprit_ranks"]) == ("uneven_steps", [3]), d["diagnosis"]
+    assert nodes.leftovers(p.pid) == []

@@ -71,8 +71,6 @@ def main(argv: list[str]) -> int:
     p.add_argument("args", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
-    if os.environ.get(WATCH_ENV):
-        threading.Thread(target=_end_with, args=(int(os.environ[WATCH_ENV]),), daemon=True).start()
     os.makedirs(a.trace_dir, exist_ok=True)
     if os.path.exists(os.path.join(a.trace_dir, f"rank-{rank}.jsonl")):
         keep_attempt(a.trace_dir, rank)  # torchrun restarted the workers: the trace dir holds the last attempt
@@ -85,6 +83,8 @@ def main(argv: list[str]) -> int:
         os.close(out)
     trace.install()
     armed = recorder.arm(a.trace_dir, rank)  # the Flight Recorder's dump beside the trace: fr-<RANK>.pkl
+    if os.environ.get(WATCH_ENV):  # started after arm: a thread inherits its mask, and SIGUSR2 is the recorder's
+        threading.Thread(target=_end_with, args=(int(os.environ[WATCH_ENV]),), daemon=True).start()
     trace.start(os.path.join(a.trace_dir, f"rank-{rank}.jsonl"), rank,
                 world_size=int(os.environ.get("WORLD_SIZE", "1")), local_rank=int(os.environ.get("LOCAL_RANK", "0")),
                 group_rank=os.environ.get("GROUP_RANK"),
