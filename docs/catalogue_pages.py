@@ -11,6 +11,7 @@ import ast
 import glob
 import html
 import io
+import json
 import os
 import re
 from types import SimpleNamespace
@@ -87,16 +88,37 @@ def group_of(bug) -> str:
 
 
 def lab_of(slug: str) -> str | None:
-    """The lab notebook of a bug (labs/NN_<slug with _>.ipynb), as a path relative to the repository."""
-    for path in sorted(glob.glob(os.path.join(LABS_DIR, "[0-9][0-9]_*.ipynb"))):
+    """The lab notebook of a bug, as a path relative to the repository: labs/NN_<slug with _>.ipynb, else a lab that
+    walks through several bugs and opens this one (`lab.Lab("<slug>")` in a code cell: labs/27_multinode.ipynb)."""
+    labs = sorted(glob.glob(os.path.join(LABS_DIR, "[0-9][0-9]_*.ipynb")))
+    for path in labs:
         if os.path.basename(path)[3:-6] == slug.replace("-", "_"):
+            return os.path.relpath(path, ROOT)
+    for path in labs:
+        if slug in lab_slugs(path):
             return os.path.relpath(path, ROOT)
     return None
 
 
+def lab_slugs(path: str) -> list[str]:
+    """The catalogue bugs a lab notebook opens with `lab.Lab("<slug>")`, in the order it opens them."""
+    with open(path, encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    found = []
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            found += [s for s in re.findall(r'lab\.Lab\("([^"]+)"\)', "".join(cell["source"])) if s not in found]
+    return found
+
+
 def bug_order() -> list[str]:
-    """Slugs in teaching order: the order of their labs, then the bugs without a lab, alphabetically."""
-    return sorted(registry(), key=lambda s: (lab_of(s) or "zz", s))
+    """Slugs in teaching order: the order of their labs (within a lab of several bugs, the order it takes them in),
+    then the bugs without a lab, alphabetically."""
+    def key(slug):
+        lab = lab_of(slug)
+        opened = lab_slugs(os.path.join(ROOT, lab)) if lab else []
+        return lab or "zz", opened.index(slug) if slug in opened else 0, slug
+    return sorted(registry(), key=key)
 
 
 _MARK = {"BUG": re.compile(r'(#|""")\s*BUG\b'), "FIX": re.compile(r'(#|""")\s*FIX\b')}
@@ -158,8 +180,8 @@ def bug_page(slug: str, run: dict) -> str:
         out += [f"The error: `{raised}`", ""]
     if query != bug.symptom:
         out += [f"What you see: {html.escape(bug.symptom, quote=False)}", ""]
-    meta = [f"slug `{slug}`", f"{bug.world_size} ranks", f"needs: {bug.needs}",
-            f"module `{rel}`", f"source: {html.escape(bug.source, quote=False)}"]
+    needs = f"needs: {bug.needs}" + (", root (simulated nodes)" if bug.nnodes > 1 else "")
+    meta = [f"slug `{slug}`", bug.where, needs, f"module `{rel}`", f"source: {html.escape(bug.source, quote=False)}"]
     out += [" · ".join(meta), ""]
     if lab:
         out += [f"Try it yourself: [the lab](../../{lab}) · at a terminal: `python -m sandbox.repro {slug}`", ""]

@@ -43,6 +43,8 @@ ROUTE: tuple[Part, ...] = (
         Step("01_init_port", 15, "Make every rank meet at one rendezvous endpoint."),
         Step("02_xpu_device_id", 15, "Create a gloo group beside an accelerator's default group (simulated XPU)."),
         Step("09_cross_device", 15, "Gather results that live on different devices (simulated GPUs)."),
+        Step("27_multinode", 20, "Take a script from one node to two: the launcher's MASTER_ADDR, RANK rather than "
+                                 "LOCAL_RANK, and GLOO_SOCKET_IFNAME where a hostname resolves to 127.0.1.1."),
     )),
     Part("5. The debugging toolbox", "The tools you have on a real cluster, beside the sandbox.", (
         Step("10_toolbox", 25, "Use TORCH_DISTRIBUTED_DEBUG=DETAIL, monitored_barrier, the Flight Recorder and "

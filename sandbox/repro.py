@@ -7,8 +7,10 @@
     python -m sandbox.repro --all --gpu                  # every bug with a GPU form, on as many GPUs as it can use
     python -m sandbox.repro init-port --debug DETAIL     # PyTorch's own report beside the sandbox's
 
-Exit code: 0 when every variant run behaved as documented, 1 when one did not, 2 on a usage error, 128 + the signal
-when interrupted (130 after Ctrl-C). Listing, --help and usage errors answer at once: the catalogue is read without importing torch.
+Exit code: 0 when every variant run behaved as documented, 1 when one did not, 2 on a usage error or a bug that
+cannot run here (one on simulated nodes without root: `--all` skips those, says why, and judges the rest), 128 + the
+signal when interrupted (130 after Ctrl-C). Listing, --help and usage errors answer at once: the catalogue is read
+without importing torch.
 
 Without --gpu a run is a CPU run on any machine (its ranks see no GPU). With --gpu each rank owns one GPU and the
 bug runs on NCCL, with the expectation its module documents for NCCL; the default number of ranks is then the
@@ -21,7 +23,7 @@ import os
 import sys
 
 from sandbox import cli, defaults
-from sandbox.bugs import registry, run_variant
+from sandbox.bugs import registry, run_variant, unavailable
 
 
 def _draw_timeline(res, path: str) -> None:
@@ -43,7 +45,8 @@ def _list(bugs) -> None:
     for col in ("slug", "title", "symptom", "needs", "ranks", "--gpu"):
         t.add_column(col, overflow="fold")
     for b in bugs.values():
-        t.add_row(b.slug, b.title, b.symptom, b.needs, f"{b.world_size} (min {b.min_world_size})",
+        t.add_row(b.slug, b.title, b.symptom, b.needs, f"{b.world_size} (min {b.min_world_size})"
+                  + (f" on {b.nnodes} nodes" if b.nnodes > 1 else ""),
                   f"yes (min {b.gpu.min_world_size})" if b.gpu else "no")
     console.print(t)
 
@@ -73,6 +76,7 @@ def main(argv=None) -> int:
         if a.json:
             print(json.dumps([{"slug": b.slug, "title": b.title, "symptom": b.symptom, "needs": b.needs,
                                "source": b.source, "world_size": b.world_size, "min_world_size": b.min_world_size,
+                               "nnodes": b.nnodes,
                                "broken": b.broken.describe(), "fixed": b.fixed.describe(),
                                "gpu": None if b.gpu is None else {
                                    "broken": b.gpu.broken.describe(), "fixed": b.gpu.fixed.describe(),
@@ -125,6 +129,10 @@ def _run_one(p, bugs, a) -> int:
     least = bug.gpu.min_world_size if a.gpu else bug.min_world_size
     if n < least:
         p.error(f"{bug.slug} needs at least {least} ranks{' (one GPU each)' if a.gpu else ''}")
+    why = unavailable(bug)
+    if why:  # it cannot run here: say what it needs, and claim nothing about its behaviour
+        print(f"sandbox.repro: {bug.slug} runs on {bug.nnodes} simulated nodes: {why}", file=sys.stderr)
+        return 2
     runs = []
     for v in _variants(a):
         timeline = _timeline_name(a.timeline, v, a.variant)
@@ -176,9 +184,16 @@ def _run_all(bugs, a) -> int:
         n = max(ranks_for(bug, a.n, gpus), least)
         if gpus is not None and n > gpus:
             rows.append({"bug": bug.slug, "variant": "both", "as_documented": None, "skipped":
-                         f"needs {n} GPUs, {gpus} visible"})
+                         f"needs {n} GPUs, {gpus} visible", "for_want_of": "GPUs"})
             if not a.json:
                 print(f"{bug.slug:22} skipped: needs {n} GPUs (one per rank), {gpus} visible", flush=True)
+            continue
+        lacking = unavailable(bug)
+        if lacking:  # simulated nodes need root: say so, once a bug, and judge the rest
+            rows.append({"bug": bug.slug, "variant": "both", "as_documented": None, "skipped": lacking,
+                         "for_want_of": "simulated nodes"})
+            if not a.json:
+                print(f"{bug.slug:22} skipped: {lacking}", flush=True)
             continue
         for v in _variants(a):
             res, ok, why = run_variant(bug, v, n, gpu=a.gpu, debug=a.debug)
@@ -198,10 +213,13 @@ def _run_all(bugs, a) -> int:
     if a.json:
         print(json.dumps({"as_documented": all_ok, "total_s": round(total, 2), "runs": rows}))
     else:
-        skipped = len(rows) - len(ran)
+        skipped: dict[str, int] = {}  # bugs skipped, by what they lacked: GPUs, simulated nodes
+        for r in rows:
+            if r["as_documented"] is None:
+                skipped[r["for_want_of"]] = skipped.get(r["for_want_of"], 0) + 1
         print(f"{sum(r['as_documented'] for r in ran)}/{len(ran)} variants as documented"
               f"{' on GPUs (NCCL)' if a.gpu else ''} in {total:.1f} s"
-              + (f"; {skipped} bug{'s' if skipped > 1 else ''} skipped for want of GPUs" if skipped else ""))
+              + "".join(f"; {k} bug{'s' if k > 1 else ''} skipped for want of {why}" for why, k in skipped.items()))
     return 0 if all_ok else 1
 
 

@@ -6,7 +6,8 @@ this registry. A module defines:
 
     BUG = Bug(slug=..., title=..., source=..., symptom=..., world_size=4, min_world_size=2, needs="cpu",
               broken=Expect(...), fixed=Expect(...),
-              gpu=Gpu(broken=Expect(...), fixed=Expect(...)))   # optional: what --gpu shows
+              gpu=Gpu(broken=Expect(...), fixed=Expect(...)),   # optional: what --gpu shows
+              nnodes=2, node_options={...})      # optional: the ranks spread over simulated nodes (needs root)
     def broken(**kw): ...      # runs on every rank, like the code of the real report
     def fixed(**kw): ...
     def reference(**kw): ...   # optional: the single-process answer the fixed variant must match
@@ -38,10 +39,10 @@ import pkgutil
 from sandbox import defaults
 from sandbox.bugs.expectation import culprit_ranks, unmet_expectations
 from sandbox.bugs.record import Bug, Expect, Gpu, read_bug
-from sandbox.bugs.runner import FixNotSendable, VariantRun, run_variant
+from sandbox.bugs.runner import FixNotSendable, VariantRun, run_variant, unavailable
 
 __all__ = ["Bug", "Expect", "FixNotSendable", "Gpu", "VariantRun", "culprit_ranks", "init", "read_bug", "registry",
-           "run_variant", "unmet_expectations"]
+           "run_variant", "unavailable", "unmet_expectations"]
 
 
 def init(timeout_s: float = defaults.PG_TIMEOUT_S, **kwargs):

@@ -70,6 +70,10 @@ class Bug:
     # seconds, so one still running after a minute is broken itself, and a lab's learner should not wait five
     timeout: float = 60.0
     gpu: Gpu | None = None      # the --gpu variant; None: the bug has no GPU form
+    # the simulated nodes its ranks are spread over (sandbox.nodes: a network namespace, hostname and address each;
+    # needs root), world_size / nnodes on each in rank order, as torchrun --nnodes places them; 1: one host
+    nnodes: int = 1
+    node_options: dict | None = None  # with nnodes > 1: how the nodes are set up (sandbox.nodes.Cluster's options)
     module: str = field(default="", repr=False)
     _doc: str | None = field(default=None, repr=False, compare=False)  # the module docstring, as the registry read it
     _parts: list | None = field(default=None, init=False, repr=False, compare=False)  # _doc, parsed once
@@ -102,6 +106,11 @@ class Bug:
             self._parts = docstring.parse(self.doc)
         return self._parts
 
+    @property
+    def where(self) -> str:
+        """'4 ranks', or '4 ranks on 2 nodes'."""
+        return f"{self.world_size} ranks" + (f" on {self.nnodes} nodes" if self.nnodes > 1 else "")
+
     def expect(self, variant: str, gpu: bool = False) -> Expect:
         """What `variant` ("broken" or "fixed") must show, on gloo or (gpu=True) on NCCL."""
         return getattr(self.gpu if gpu else self, variant)
@@ -121,6 +130,10 @@ def read_bug(path: str, module: str) -> Bug | None:
                 raise ValueError(f"{path}:{node.lineno}: BUG may use only literals, Bug, Expect and Gpu ({e})") from None
             if not isinstance(bug, Bug):
                 raise ValueError(f"{path}:{node.lineno}: BUG is not a Bug(...)")
+            if not isinstance(bug.nnodes, int) or bug.nnodes < 1 or bug.world_size % bug.nnodes \
+                    or bug.min_world_size % bug.nnodes or (bug.node_options and bug.nnodes == 1):
+                raise ValueError(f"{path}:{node.lineno}: nnodes={bug.nnodes!r} must be a whole number that divides"
+                                 " world_size and min_world_size (node_options only with several nodes)")
             bug.module, bug._doc = module, ast.get_docstring(tree, clean=False) or ""
             return bug
     return None

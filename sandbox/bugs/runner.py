@@ -33,19 +33,35 @@ def options(bug, n: int, gpu: bool = False) -> dict:
     return mod.options(n, gpu) if hasattr(mod, "options") else {}
 
 
+def unavailable(bug) -> str | None:
+    """Why this bug cannot run here, in `sandbox.nodes.available`'s one sentence, or None: a bug on several simulated
+    nodes needs what they need (root and network namespaces)."""
+    if bug.nnodes == 1:
+        return None
+    from sandbox import nodes  # torch-free; only touched for a bug that needs nodes
+
+    ok, why = nodes.available()
+    return None if ok else why
+
+
 def run_variant(bug, variant: str, n: int, *, gpu: bool = False, debug: str | None = None,
                 fix: Callable | None = None, **launch_options) -> VariantRun:
     """Run `variant` ("broken" or "fixed") of `bug` on `n` ranks (one GPU each, on NCCL, with `gpu`) and hold the
     result against the variant's documented expectation. `debug` is a TORCH_DISTRIBUTED_DEBUG level ("OFF" or
     None: unset). `fix`: a function run on every rank in place of the module's own `variant`, with the same
-    keyword arguments (a learner's fix, judged as the fixed variant). Raises FixNotSendable for a fix that cannot
-    reach the ranks, and sandbox.launcher.Interrupted after Ctrl-C (its `result` is the run so far)."""
+    keyword arguments (a learner's fix, judged as the fixed variant). A bug with `nnodes` runs on that many
+    simulated nodes (sandbox.launcher.UsageError where they cannot be made: `unavailable` says so beforehand).
+    Raises FixNotSendable for a fix that cannot reach the ranks, and sandbox.launcher.Interrupted after Ctrl-C (its
+    `result` is the run so far)."""
     from sandbox.bugs import _entry
     from sandbox.launcher import launch
 
     if variant not in ("broken", "fixed"):
         raise ValueError(f"variant is 'broken' or 'fixed', not {variant!r}.")
     level = defaults.debug_env(debug).get("TORCH_DISTRIBUTED_DEBUG")
+    if bug.nnodes > 1:  # spread over its nodes as torchrun --nnodes would (n must divide evenly: launch says so)
+        launch_options.setdefault("nnodes", bug.nnodes)
+        launch_options.setdefault("node_options", bug.node_options)
     res = launch(_entry.run, world_size=n, args=(bug.module, variant, options(bug, n, gpu), _pickled(fix)),
                  code_file=_paths.code_file(fix) if fix is not None else None,
                  gpu=gpu, debug=level, timeout=bug.timeout, preload=[bug.module], **launch_options)

@@ -12,7 +12,9 @@ What must match across ranks at one call is `sandbox.calls`' alone to say. The r
 - `progress`: the hang rule (can a call complete, is the deadlock provable);
 - `mismatch`: ranks that disagree on the rendezvous, the groups they create, or the call they make;
 - `hang`: naming a hang, a timeout, an interrupted run (point-to-point cycles, missing ranks);
-- `failure`: naming a crash or an error.
+- `failure`: naming a crash or an error;
+- `hosts`: what only happens with ranks on several hosts (a loopback rendezvous, a rank claimed twice, gloo on a
+  loopback address), read from the host each rank said hello from.
 """
 from sandbox.diagnose.failure import diagnose_failure
 from sandbox.diagnose.hang import (P2P_ADVICE, blocked_call, diagnose_hang, diagnose_interrupted, diagnose_timeout,

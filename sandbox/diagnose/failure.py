@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sandbox import words
-from sandbox.diagnose import framework
+from sandbox.diagnose import framework, hosts
 from sandbox.diagnose.hang import busy_at_timeout, missing
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -31,6 +31,11 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
                              f" {t.rank}: {e['message'][:400]}", culprit_ranks=[t.rank], site=e.get("site"),
                              details={"torch_says": e["message"][:600]})
     d = group_mismatch(tracks, strict=True) if any(t.new_groups for t in tracks.values()) else None
+    if d is not None:
+        return d
+    # on several hosts, start-up errors whose cause is where the ranks are: a loopback address gloo advertised, a
+    # rank claimed twice (the store then times out on every rank: the same error everywhere says nothing)
+    d = hosts.loopback_address(tracks) or hosts.duplicate_rank(tracks)
     if d is not None:
         return d
     d = framework.model_differs(tracks) or framework.unused_parameters(tracks)

@@ -1,6 +1,7 @@
 """Naming the cause of a hang, a timeout or an interrupted run: every rank is blocked (or the clock ran out), and
-the rules say why, first match wins: a rendezvous mismatch, a group mismatch, a collective mismatch, a cycle of
-point-to-point calls, a point-to-point call that nothing matches, or ranks that never arrive. `busy_at_timeout` names the other kind of timeout, the one a
+the rules say why, first match wins: a rendezvous mismatch (on several hosts also a loopback endpoint, or a rank
+claimed twice: `hosts`), a group mismatch, a collective mismatch, a cycle of point-to-point calls, a point-to-point
+call that nothing matches, or ranks that never arrive. `busy_at_timeout` names the other kind of timeout, the one a
 process group's own clock ends: peers gave up at a collective while a rank was still running its own code.
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ import re
 
 from sandbox import _paths, branches, words
 from sandbox.calls import is_collective, op_of, p2p_direction
-from sandbox.diagnose import framework, origins
+from sandbox.diagnose import framework, hosts, origins
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -145,7 +146,8 @@ def blocked_call(t: RankTrack) -> dict | None:
 
 def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
     pend = {r: blocked_call(t) for r, t in tracks.items() if blocked_call(t) is not None}
-    for finder in (lambda: init_mismatch(tracks), lambda: group_mismatch(tracks, strict=True),
+    for finder in (lambda: hosts.loopback_rendezvous(tracks), lambda: hosts.duplicate_rank(tracks),
+                   lambda: init_mismatch(tracks), lambda: group_mismatch(tracks, strict=True),
                    lambda: framework.uneven_steps(tracks, pend), lambda: framework.left_the_loop(tracks, pend),
                    lambda: framework.bucket_without_partner(tracks, pend),
                    lambda: fsdp_words(bucket_mismatch(tracks, pend), tracks),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sandbox import calls
 from sandbox.calls import is_collective, p2p_direction
+from sandbox.diagnose import hosts
 from sandbox.events import RankTrack
 
 
@@ -47,8 +48,11 @@ def can_complete(p: dict, me: RankTrack, tracks: dict[int, RankTrack]) -> bool:
     """Could the pending call `p` of rank `me` finish given what every other rank is doing now?"""
     live = {r: t for r, t in tracks.items() if not t.finished}
     if p["op"] == "init_process_group":
+        # on several hosts a loopback endpoint is each host's own: "localhost:29500" on node0 and on node1 never meet
+        spread = hosts.several(tracks)
+        here = hosts.meeting_point(me, p, spread)
         return all(r in live and live[r].pending is not None and live[r].pending["op"] == "init_process_group"
-                   and live[r].pending.get("endpoint") == p.get("endpoint")
+                   and hosts.meeting_point(live[r], live[r].pending, spread) == here
                    and live[r].pending.get("world_size") == p.get("world_size") for r in p.get("group") or [])
     if p["op"] == "new_group":
         return all(r in live and _at_new_group(live[r], p) for r in new_group_members(p, tracks))

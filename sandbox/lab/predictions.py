@@ -33,7 +33,11 @@ KINDS = {
                            "or root)",
     "group_mismatch": "the ranks created their process groups in a different order or with different members",
     "init_mismatch": "the ranks tried to meet at different addresses or with different world sizes in "
-                     "init_process_group",
+                     "init_process_group (on several nodes, `localhost` is a different address on each)",
+    "duplicate_rank": "two processes claimed the same rank in init_process_group (LOCAL_RANK where RANK was "
+                      "meant), so the ranks nobody claimed never join",
+    "loopback_address": "on several nodes, gloo listened on a loopback address (the hostname resolves to "
+                        "127.0.1.1), so ranks of the other nodes were refused",
     "straggler": "not a deadlock: some ranks were still busy in their own code while the others waited, until a "
                  "timeout passed",
     "rank_error": "a rank raised an exception, while the others waited for it",
