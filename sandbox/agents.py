@@ -41,7 +41,7 @@ POLL_S = 0.1          # how often the sandbox looks at the agents and the traces
 STACK_WAIT_S = 1.0    # how long hung workers get to write their Python stacks
 AGENT_EXIT_S = 5.0    # how long a killed node's agent may take to be reaped
 FLIGHT_WAIT_S = 0.5   # how long the workers' Flight Recorder dumps may take
-AGENTS_GRACE_S = 10.0  # once one agent has ended by itself, how long the others get to end too
+AGENTS_GRACE_S = 5.0   # once one agent has ended by itself, how long the others get to end too
 WATCH_ENV = "SANDBOX_WATCH_PID"  # the launcher's pid, for workers that must not outlive it
 RESTARTED = re.compile(r"restart_count=(\d+)")  # torchrun's "Rendezvous complete for workers. Result: ..." line
 
@@ -252,12 +252,21 @@ class AgentsRun:
             counts += [int(m.group(1)) for m in RESTARTED.finditer(text)]
         return max(counts)
 
+    def _value(self, rank: int) -> bytes | None:
+        """What a worker left as its value (a catalogue variant run under torchrun: sandbox.bugs._entry), if any."""
+        try:
+            with open(os.path.join(self.dir, f"result-{rank}.pkl"), "rb") as f:
+                return f.read()
+        except FileNotFoundError:  # a script's worker: scripts return nothing
+            return None
+
     def _assemble(self, wall: float) -> RunResult:
         tracks = self._tracks()
         for r in range(self.n):
             tracks.setdefault(r, events.RankTrack(r))
         j = policy.judge(tracks, self.stopped_for, timeout=self.settings.timeout, blocked_s=self.detect_s)
-        ranks = [RankResult.from_track(t, j.outcomes[r], events.read_text(os.path.join(self.dir, f"rank-{r}.log")))
+        ranks = [RankResult.from_track(t, j.outcomes[r], events.read_text(os.path.join(self.dir, f"rank-{r}.log")),
+                                       self._value(r) if j.outcomes[r] == "ok" else None)
                  for r, t in sorted(tracks.items())]
         hosts = [f"node{r // self.per}" for r in range(self.n)]
         ranks = [rr if rr.host else _with_host(rr, hosts[rr.rank]) for rr in ranks]

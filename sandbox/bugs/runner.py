@@ -62,11 +62,38 @@ def run_variant(bug, variant: str, n: int, *, gpu: bool = False, debug: str | No
     if bug.nnodes > 1:  # spread over its nodes as torchrun --nnodes would (n must divide evenly: launch says so)
         launch_options.setdefault("nnodes", bug.nnodes)
         launch_options.setdefault("node_options", bug.node_options)
-    res = launch(_entry.run, world_size=n, args=(bug.module, variant, options(bug, n, gpu), _pickled(fix)),
-                 code_file=_paths.code_file(fix) if fix is not None else None,
-                 gpu=gpu, debug=level, timeout=bug.timeout, preload=[bug.module], **launch_options)
+    mod = importlib.import_module(bug.module)
+    if hasattr(mod, "launcher"):  # a bug that is about the launcher itself: torchrun's agents, faults injected
+        res = _under_torchrun(bug, variant, n, mod.launcher(variant), options(bug, n, gpu), fix, debug=level,
+                              **launch_options)
+    else:
+        res = launch(_entry.run, world_size=n, args=(bug.module, variant, options(bug, n, gpu), _pickled(fix)),
+                     code_file=_paths.code_file(fix) if fix is not None else None,
+                     gpu=gpu, debug=level, timeout=bug.timeout, preload=[bug.module], **launch_options)
     why = unmet_expectations(bug.expect(variant, gpu), res, debug=level is not None)
     return VariantRun(res, not why, why)
+
+
+def _under_torchrun(bug, variant: str, n: int, how: dict, kwargs: dict, fix: Callable | None, *,
+                    debug: str | None, **launch_options):
+    """A variant as a module that torchrun's agents start on the bug's simulated nodes (`sandbox.agents`), with the
+    faults and restarts its module's `launcher(variant)` asks for; judged like any other run."""
+    import json
+
+    from sandbox import agents, faults
+
+    if fix is not None:
+        raise FixNotSendable("a fix for a bug run under torchrun is a change to its script: edit the module's "
+                             "`fixed` and run it again.")
+    unknown = set(launch_options) - {"hang_after", "trace_dir", "timeout", "nnodes", "node_options"}
+    if unknown:
+        raise ValueError(f"{', '.join(sorted(unknown))} cannot be given to a bug run under torchrun.")
+    target = {"kind": "module", "name": "sandbox.bugs._entry", "argv": [bug.module, variant, json.dumps(kwargs)]}
+    return agents.AgentsRun(target, nnodes=bug.nnodes, nproc_per_node=n // bug.nnodes,
+                            max_restarts=how.get("max_restarts", 0), node_options=bug.node_options,
+                            faults=[faults.parse("kill", how["kill_node"])] if how.get("kill_node") else [],
+                            debug=debug, **{"timeout": bug.timeout, **{k: v for k, v in launch_options.items()
+                                                                        if k not in ("nnodes", "node_options")}}).run()
 
 
 def _pickled(fix: Callable | None) -> bytes | None:

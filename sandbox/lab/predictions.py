@@ -38,6 +38,8 @@ KINDS = {
                       "meant), so the ranks nobody claimed never join",
     "loopback_address": "on several nodes, gloo listened on a loopback address (the hostname resolves to "
                         "127.0.1.1), so ranks of the other nodes were refused",
+    "node_failure": "a whole node died (every process on it at once), and the job could not go on without its "
+                    "ranks: the ranks that then failed only lost their connection to it",
     "straggler": "not a deadlock: some ranks were still busy in their own code while the others waited, until a "
                  "timeout passed",
     "rank_error": "a rank raised an exception, while the others waited for it",
