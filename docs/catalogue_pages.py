@@ -201,8 +201,10 @@ def bug_page(slug: str, run: dict) -> str:
         out += ['<div markdown>', "", fence(text, "python", marked, f"{variant}: {rel}"), "", "</div>", ""]
     out += ["</div>", ""]
     out += ["## What the sandbox says", "",
-            f"`python -m sandbox.repro {slug} --variant broken`, run when this page was built:", "",
-            fence(sandbox_says(run["run"])), ""]
+            f"`python -m sandbox.repro {slug} --variant broken`, run when this page was built:", ""]
+    out += [fence(sandbox_says(run["run"])), ""] if run.get("run") else [
+        f"Not run when this page was built: {run.get('unavailable', 'the run failed')} Run the command above as root "
+        "to see it.", ""]
     if bug.broken.note:
         out += [f"How to read it: {bug.broken.note}.", ""]
     out += [f"Expected of the broken variant: {bug.broken.describe()}. Of the fixed one: {bug.fixed.describe()}.", ""]

@@ -79,6 +79,11 @@ def _run(cmd: list[str], timeout: float = 300) -> tuple[int, str]:
 def run_bug(slug: str, out_dir: str) -> dict:
     """The broken variant, run as `python -m sandbox.repro SLUG --variant broken --json --timeline ...`: its JSON,
     and whether the timeline picture was drawn."""
+    from sandbox.bugs import registry, unavailable
+
+    why = unavailable(registry()[slug])
+    if why:  # a bug on simulated nodes, where they cannot be made: its page says so instead of a run
+        return {"rc": 2, "run": None, "unavailable": why, "stderr": "", "timeline": False, "seconds": 0.0}
     png = os.path.join(out_dir, "bugs", slug, "timeline.png")
     os.makedirs(os.path.dirname(png), exist_ok=True)
     t0 = time.monotonic()
@@ -284,7 +289,7 @@ def on_files(files, config):
         r = fut.result()
         if key.startswith("lab:") and r["rc"] != 0:
             failed.append(f"{key[4:]}:\n{r['stderr']}")
-        if key.startswith("bug:") and r["run"] is None:
+        if key.startswith("bug:") and r["run"] is None and not r.get("unavailable"):
             failed.append(f"{key[4:]}: python -m sandbox.repro --json printed no run (exit {r['rc']}):\n{r['stderr']}")
     if _state["reuse"]:  # kept before the check: a failed run is run again next time, the others are not
         with open(os.path.join(_state["reuse"], "results.json"), "w", encoding="utf-8") as f:
