@@ -125,6 +125,31 @@ RECOGNISE = {
         "`Received data size doesn't match expected size` with a byte count half the other's (`4 vs 2`), or a hang "
         "in the gradient all_reduce.",
     ],
+    "master-addr-localhost": [
+        "`os.environ[\"MASTER_ADDR\"] = \"localhost\"` (or `tcp://localhost:...`, `127.0.0.1`) in a script's setup, "
+        "often copied from a one-machine tutorial.",
+        "A job that works with `--nnodes 1` and hangs in `init_process_group` on every node but the first.",
+        "Logs of the second node's ranks stop before `init_process_group` returns; the first node's wait for them.",
+    ],
+    "local-rank-as-rank": [
+        "`init_process_group(rank=local_rank)`, `rank=args.local_rank`, or a `RANK` computed from `LOCAL_RANK`.",
+        "A sampler, a checkpoint writer or a logger keyed on `LOCAL_RANK == 0` where one process in the job was "
+        "meant (it runs once per node).",
+        "Every node's ranks time out in `init_process_group` with `DistStoreError: wait timeout ... keys: "
+        "/default_pg/...`.",
+    ],
+    "hostname-loopback": [
+        "`/etc/hosts` on the nodes maps the machine's own name to `127.0.1.1` (Debian and Ubuntu installers write "
+        "that line); `getent hosts $(hostname)` prints a loopback address.",
+        "`Connection refused, remote=[127.0.1.1]:...` (or `127.0.0.1`) from gloo, only when the job spans nodes.",
+        "No `GLOO_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME` in the job's environment on machines with several interfaces.",
+    ],
+    "node-failure": [
+        "A multi-node job started without `--max-restarts` (torchrun's default is 0).",
+        "No checkpoint loaded at start: a restarted job would begin at step 0.",
+        "Survivors fail with `Connection closed by peer` / `Connection reset by peer` (gloo) or an NCCL watchdog "
+        "timeout at the same moment, all naming addresses of one machine.",
+    ],
 }
 
 GENERIC = {
