@@ -23,13 +23,13 @@ On GPUs (NCCL): not run here: simulated nodes run CPU ranks. On a real cluster t
 as an NCCL error or a watchdog timeout instead of a closed connection; the fix is the same.
 
 Run: python -m sandbox.repro node-failure
-    broken: CRASH [node_failure]: 4 ranks in 17.07 s
+    broken: CRASH [node_failure]: 4 ranks in 12.99 s
       Node1 died: killed when rank 2 (node1) entered its call 8, taking ranks 2 and 3 (node1) with it, and the
       job could not go on without them; ranks 0 and 1 (node0) then failed or were ended, a consequence. With
       --max-restarts 0 torchrun does not restart the workers: the work since the last checkpoint is lost. The
-      torchrun agent on node1 was still running 10 s after the one on node0 ended; the sandbox ended it.
+      torchrun agent on node1 was still running 5 s after the one on node0 ended; the sandbox ended it.
       expected: crash or error, node_failure, culprits [2, 3] -> as documented
-    fixed: OK: 4 ranks in 24.46 s
+    fixed: OK: 4 ranks in 23.91 s
       expected: ok, = single-process reference -> as documented
 """
 import os
