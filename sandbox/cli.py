@@ -42,26 +42,36 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def positive_int(text: str) -> int:
-    """A count (of ranks): a whole number, at least 1."""
+def _count(text: str, least: int) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    if v < least:
+        raise argparse.ArgumentTypeError(f"{text} must be at least {least}")
     return v
+
+
+def positive_int(text: str) -> int:
+    """A count (of ranks): a whole number, at least 1."""
+    return _count(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """A count that may be none (of restarts): a whole number, at least 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 0")
-    return v
+    return _count(text, 0)
+
+
+def add_world(p: argparse.ArgumentParser) -> None:
+    """-n N (ranks on one node), or --nnodes K --nproc-per-node P (simulated nodes, torchrun's names): what
+    `python -m sandbox.run` and the cell magic both take."""
+    p.add_argument("-n", "--nproc", dest="n", type=positive_int, default=None, metavar="N",
+                   help="number of ranks, on one node (default 2)")
+    p.add_argument("--nnodes", type=positive_int, default=1, metavar="K",
+                   help="simulated nodes, each its own network namespace, hostname and address (default 1; more "
+                        "needs root)")
+    p.add_argument("--nproc-per-node", type=positive_int, default=None, metavar="P",
+                   help="ranks on each node (default 1 with --nnodes, as torchrun)")
 
 
 def positive_seconds(text: str) -> float:

@@ -51,13 +51,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="%%sandbox", description="Run this cell's code as a script on N ranks and diagnose hangs.")
-    p.add_argument("-n", "--nproc", dest="n", type=cli.positive_int, default=None, metavar="N",
-                   help="number of ranks, on one node (default 2)")
-    p.add_argument("--nnodes", type=cli.positive_int, default=1, metavar="K",
-                   help="simulated nodes, each its own network namespace, hostname and address (default 1; more "
-                        "needs root)")
-    p.add_argument("--nproc-per-node", type=cli.positive_int, default=None, metavar="P",
-                   help="ranks on each node (default 1 with --nnodes, as torchrun)")
+    cli.add_world(p)
     p.add_argument("--timeline", action="store_true", help="show a picture of every rank's calls over time")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL); needs as many GPUs as ranks")
     p.add_argument("--hang-after", type=cli.positive_seconds, default=defaults.HANG_AFTER_S, metavar="S",

@@ -37,13 +37,7 @@ PROG = "python -m sandbox.run"
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = cli.Parser(prog=prog, description="Run a script as N ranks on this machine and diagnose hangs and failures.")
-    p.add_argument("-n", "--nproc", dest="n", type=cli.positive_int, default=None, metavar="N",
-                   help="number of ranks, on one node (default 2)")
-    p.add_argument("--nnodes", type=cli.positive_int, default=1, metavar="K",
-                   help="simulated nodes, each its own network namespace, hostname and address (default 1; more "
-                        "needs root)")
-    p.add_argument("--nproc-per-node", type=cli.positive_int, default=None, metavar="P",
-                   help="ranks on each node (default 1 with --nnodes, as torchrun)")
+    cli.add_world(p)
     p.add_argument("--launcher", choices=["sandbox", "torchrun"], default="sandbox",
                    help="sandbox: the sandbox starts the ranks (fast; default); torchrun: PyTorch's own elastic agent "
                         "on every simulated node (needs --nnodes 2 or more): its rendezvous, its restarts")

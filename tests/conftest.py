@@ -157,6 +157,15 @@ def clean():
     assert nodes.leftovers(os.getpid()) == []  # namespaces, their mounts and hosts folders of runs made here
 
 
+@pytest.fixture
+def two_nodes(clean):
+    """Simulated nodes can be made here (root), else a skip with the reason; asked in the test process only (the
+    ranks import a test module too: they must not probe)."""
+    ok, why = nodes.available()
+    if not ok:
+        pytest.skip(why)
+
+
 def _build_site(dest: str) -> tuple[int, str]:
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1", NO_COLOR="1")  # the variable quiets Material's banner
     p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", dest], cwd=ROOT,

@@ -10,17 +10,9 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
-from sandbox import bench, nodes
+from sandbox import bench
 from sandbox.bench import multinode
 
-
-@pytest.fixture
-def two_nodes(clean):
-    """Simulated nodes can be made here (root), else a skip with the reason; asked in the test process only (the
-    ranks import this module too: they must not probe)."""
-    ok, why = nodes.available()
-    if not ok:
-        pytest.skip(why)
 
 FIELDS = {"op", "n", "backend", "size_bytes", "iters", "lat_median_s", "lat_p10_s", "lat_p90_s", "lat_min_s",
           "lat_max_s", "algbw_GBps", "busbw_factor", "busbw_GBps"}

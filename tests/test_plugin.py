@@ -8,18 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from sandbox import nodes
-
 pytest_plugins = ["pytester"]
-
-
-@pytest.fixture
-def two_nodes(clean):
-    """Simulated nodes can be made here (root), else a skip with the reason; asked in the test process only (the
-    ranks import this module too: they must not probe)."""
-    ok, why = nodes.available()
-    if not ok:
-        pytest.skip(why)
 
 
 @pytest.mark.sandbox(world_size=4)
