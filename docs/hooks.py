@@ -345,7 +345,34 @@ def on_build_error(error):
     on_post_build(None)
 
 
+# lunr 2.3.9, bundled in Material's search worker, keys the nodes of its token trie by label + child id with nothing
+# between them (`TokenSet.prototype.toString`), so with digit labels two different nodes can get one key ("3"->12,
+# "5"->7 and "3"->1, "2"->57 both give "031257"); its minimisation then merges them, the trie holds words the index
+# does not ("66.3.0" beside "66.3"), and a query that reaches one ("6", or a pasted message with a 6 in it) throws
+# inside the worker, which answers with no results at all. Numbers on this site (timings, ports) change every build,
+# so which searches fail changed with them. A separator no token can contain (tokens are split on whitespace) makes
+# the keys unambiguous.
+LUNR_KEY = "e=e+s+o.id}return e"
+LUNR_KEY_FIXED = 'e=e+s+o.id+" "}return e'
+
+
+def fix_search_worker(site_dir: str) -> None:
+    workers = glob.glob(os.path.join(site_dir, "assets", "javascripts", "workers", "search.*.min.js"))
+    if not workers:
+        raise RuntimeError("docs build: Material's search worker is not where it was (assets/javascripts/workers)")
+    for path in workers:
+        with open(path, encoding="utf-8") as f:
+            js = f.read()
+        if LUNR_KEY not in js and LUNR_KEY_FIXED not in js:
+            raise RuntimeError(f"docs build: {path} no longer holds lunr's TokenSet key code; check whether the "
+                               "digit-label collision is fixed upstream and drop docs/hooks.py's fix_search_worker")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(js.replace(LUNR_KEY, LUNR_KEY_FIXED))
+
+
 def on_post_build(config):
+    if config is not None:
+        fix_search_worker(config["site_dir"])
     shutil.rmtree(_state.get("tmp", ""), ignore_errors=True)
     pool = _state.pop("pool", None)
     if pool:

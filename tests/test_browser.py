@@ -279,15 +279,18 @@ def test_the_learning_path_pages_show_their_pictures(site, base, visit):
 
 # Material's search runs in a web worker: the page posts {type: 2, data: query} and the worker answers each in order
 # with {type: 3, data: {items}}. Counting both tells when the answer to the last keystroke has come, so the test reads
-# the results of the whole message, not of a prefix that happened to be on screen.
+# the results of the whole message, not of a prefix that happened to be on screen. The worker says {type: 1} once it
+# has built the index from search_index.json; a query answered before that is answered with no results at all (as
+# the worker's own catch does), so the test waits for it, as a reader's next keystroke would.
 _SPY_ON_SEARCH = """
 (() => {
   const Native = window.Worker;
-  window.__search = {asked: 0, answered: 0, last: null, query: null};
+  window.__search = {asked: 0, answered: 0, last: null, query: null, ready: false};
   window.Worker = class extends Native {
     constructor(...a) {
       super(...a);
       this.addEventListener("message", e => {
+        if (e.data && e.data.type === 1) { window.__search.ready = true; }
         if (e.data && e.data.type === 3) { window.__search.answered++; window.__search.last = e.data.data; }
       });
     }
@@ -320,6 +323,7 @@ def queries() -> dict:
 def search(page, query: str, paste: bool = False) -> list:
     """Type `query` into the site's search box as a person would (or paste it, then press End: Material searches on
     keyup, so a paste is searched when the key comes up); the result links in the order shown."""
+    page.wait_for_function("() => window.__search.ready", timeout=WAIT_MS)
     page.keyboard.press("/")
     page.locator("input.md-search__input").wait_for(state="visible")
     if paste:

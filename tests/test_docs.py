@@ -104,6 +104,15 @@ def test_bug_pages_are_boosted_in_search(site):
     assert boosted >= set(registry())
 
 
+def test_the_search_worker_keys_its_token_trie_unambiguously(site):
+    """docs/hooks.py's fix of lunr's trie keys is in the built worker (without it, a search reaching a digit-led word
+    could answer nothing at all, depending on the numbers a build happened to print), and its twin check holds: the
+    unfixed code is gone."""
+    (worker,) = glob.glob(os.path.join(site["dir"], "assets", "javascripts", "workers", "search.*.min.js"))
+    js = open(worker, encoding="utf-8").read()
+    assert 'e=e+s+o.id+" "}return e' in js and "e=e+s+o.id}return e" not in js
+
+
 def test_every_lab_is_rendered_with_executed_output(site):
     labs = sorted(glob.glob(os.path.join(ROOT, "labs", "*.ipynb")))
     assert labs
