@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from sandbox import defaults, events, faults as faultlib, flight, nodes, policy
+from sandbox import defaults, events, faults as faultlib, flight, netns, nodes, policy
 from sandbox._run import options
 from sandbox._run.assemble import on_nodes
 from sandbox._run.options import Interrupted, UsageError
@@ -148,6 +148,10 @@ class AgentsRun:
         for t in tracks.values() if watching else ():
             if t.end is not None and t.exit_code is None:
                 t.exit_code = 0 if t.end.get("outcome") == "ok" else (t.end.get("exit_code") or 1)
+            elif t.end is None and t.hello and not netns.alive(t.hello["pid"]):
+                # gone without a last line (killed with its node, or ended by its agent): not hung. torchrun may
+                # be about to restart the workers, and the hang rule must not end the job in that window
+                t.exit_code = -signal.SIGKILL
         return tracks
 
     def _ask_flight(self, tracks: dict) -> None:
