@@ -84,7 +84,9 @@ class AgentsRun:
                           "--nproc-per-node", str(self.per), "--rdzv-backend", "c10d",
                           "--rdzv-endpoint", f"{self.cluster.node(0).hostname}:{RDZV_PORT}",
                           "--rdzv-id", os.path.basename(self.dir), "--max-restarts", str(self.max_restarts),
-                          "--monitor-interval", "0.5", *worker])
+                          "--monitor-interval", "0.5",
+                          # its own files in the run's directory: by default each agent leaves a torchelastic_* in /tmp
+                          "--log-dir", os.path.join(self.dir, f"torchelastic-{node.hostname}"), *worker])
 
     def _start_agent(self, i: int) -> None:
         env = ranks_env(self.env, False, self.dir, self.owns_dir, nodes=True)
