@@ -298,9 +298,8 @@ def run(spec_path: str, parent: int) -> None:
         return nodes[0].net_inside() if nodes else contextlib.nullcontext()
     with master():
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        # on node0, every address of the node (as torchrun's agent store listens): its own ranks reach it through
-        # localhost too; on one node, the loopback only
-        listener.bind(("0.0.0.0" if nodes else "127.0.0.1", 0))  # the OS picks the port: runs never collide
+        # on node0 every address (as torchrun's agent store); the OS picks the port: runs never collide
+        listener.bind(("0.0.0.0" if nodes else "127.0.0.1", 0))
         listener.listen(1024)
     port = listener.getsockname()[1]
     sys.stdout.flush()
