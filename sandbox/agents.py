@@ -32,6 +32,7 @@ from sandbox._run import options
 from sandbox._run.assemble import on_nodes
 from sandbox._run.options import Interrupted, UsageError
 from sandbox._run.start import ranks_env
+from sandbox._run.stop import noted_signals
 from sandbox.result import RankResult, RunResult
 
 log = logging.getLogger("sandbox.launcher")
@@ -42,7 +43,6 @@ STACK_WAIT_S = 1.0    # how long hung workers get to write their Python stacks
 AGENT_EXIT_S = 5.0    # how long a killed node's agent may take to be reaped
 FLIGHT_WAIT_S = 0.5   # how long the workers' Flight Recorder dumps may take
 AGENTS_GRACE_S = 5.0   # once one agent has ended by itself, how long the others get to end too
-WATCH_ENV = "SANDBOX_WATCH_PID"  # the launcher's pid, for workers that must not outlive it
 RESTARTED = re.compile(r"restart_count=(\d+)")  # torchrun's "Rendezvous complete for workers. Result: ..." line
 
 
@@ -80,17 +80,21 @@ class AgentsRun:
         t = self.target
         worker = ["-m", "sandbox.trace", "--trace-dir", self.dir, "--rank-log"] + (
             ["-m", t["name"]] if t["kind"] == "module" else [t["path"]]) + list(t["argv"])
-        return node.wrap([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(self.nnodes),
-                          "--nproc-per-node", str(self.per), "--rdzv-backend", "c10d",
-                          "--rdzv-endpoint", f"{self.cluster.node(0).hostname}:{RDZV_PORT}",
-                          "--rdzv-id", os.path.basename(self.dir), "--max-restarts", str(self.max_restarts),
-                          "--monitor-interval", "0.5",
-                          # its own files in the run's directory: by default each agent leaves a torchelastic_* in /tmp
-                          "--log-dir", os.path.join(self.dir, f"torchelastic-{node.hostname}"), *worker])
+        # PDEATHSIG (kept across the execs of `ip netns exec`, `unshare` and `sh`): the agent gets SIGKILL when
+        # this process dies, even by SIGKILL; its workers, in sessions of their own, watch it themselves. Set by a
+        # program, not a preexec_fn: a caller with threads (a Jupyter kernel) could deadlock in one
+        return ["setpriv", "--pdeathsig", "KILL"] + node.wrap([
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", str(self.nnodes),
+            "--nproc-per-node", str(self.per), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"{self.cluster.node(0).hostname}:{RDZV_PORT}",
+            "--rdzv-id", os.path.basename(self.dir), "--max-restarts", str(self.max_restarts),
+            "--monitor-interval", "0.5",
+            # its own files in the run's directory: by default each agent leaves a torchelastic_* in /tmp
+            "--log-dir", os.path.join(self.dir, f"torchelastic-{node.hostname}"), *worker])
 
     def _start_agent(self, i: int) -> None:
         env = ranks_env(self.env, False, self.dir, self.owns_dir, nodes=True)
-        env[WATCH_ENV] = str(os.getpid())  # its workers end themselves if this process dies (sandbox.trace)
+        env[defaults.WATCH_PID_ENV] = str(os.getpid())  # its workers end themselves if this process dies
         env["LOGLEVEL"] = "INFO"  # torchrun's own account of rendezvous and restarts, in its node's log
         # A node that comes back after a kill joins with a fresh agent. With the rendezvous store shared (torchrun's
         # default) the rank-0 agent reuses the master address it published in the first round and never writes it
@@ -98,11 +102,12 @@ class AgentsRun:
         # torch 2.13, dynamic_rendezvous.py next_rendezvous; restarts and the shared store: pytorch/pytorch#135712).
         # torchrun's opt-out publishes it in every round.
         env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-        out = open(os.path.join(self.dir, f"agent-node{i}.log"), "ab")
+        # a node that comes back appends to its log; the first agent starts it afresh (a kept --trace-dir)
+        out = open(os.path.join(self.dir, f"agent-node{i}.log"), "ab" if i in self.agents else "wb")
         try:  # its own session: the sandbox ends an agent with all it started, and a terminal's Ctrl-C is ours
             self.agents[i] = subprocess.Popen(self._agent_argv(self.cluster.node(i)), stdin=subprocess.DEVNULL,
                                               stdout=out, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(),
-                                              start_new_session=True, preexec_fn=_die_with_us)
+                                              start_new_session=True)
         finally:
             out.close()
         log.info("torchrun agent on node%d: pid %d", i, self.agents[i].pid)
@@ -110,7 +115,7 @@ class AgentsRun:
     # ------------------------------------------------------------------------------------------- the run
     def run(self) -> RunResult:
         t0 = time.monotonic()
-        with self._signals():
+        with noted_signals(self.held):
             try:
                 self.cluster = nodes.Cluster(nnodes=self.nnodes, **self.node_options).__enter__()
                 self.schedule = faultlib.Schedule(self.faults, self.cluster, on_kill=self._reboot,
@@ -126,35 +131,15 @@ class AgentsRun:
             raise Interrupted(res, self.held[0]) from None
         return res
 
-    @contextlib.contextmanager
-    def _signals(self):
-        """SIGINT/SIGTERM during the run: noted; the watch stops the run and the report is still made."""
-        def handler(signum, frame):
-            self.held.append(signum)
-        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
-
     def _tracks(self, watching: bool = False) -> dict:
-        """The workers' tracks from their traces, merged with their Flight Recorder dumps. `watching`: a worker that
-        wrote its last line has the exit status that line says, as a launcher would know it (so the hang rule sees
-        it finished, not idle)."""
+        """The workers' tracks from their traces, merged with their Flight Recorder dumps (`watching`: as the hang
+        rule must see them, `watched`)."""
         if not os.path.exists(os.path.join(self.dir, events.META_FILE)):
             return {}
         tracks = policy.fill_missing(events.load_dir(self.dir))
         dumps = flight.read_run(self.dir)
         tracks = flight.merge(tracks, dumps) if dumps else tracks
-        for t in tracks.values() if watching else ():
-            if t.end is not None and t.exit_code is None:
-                t.exit_code = 0 if t.end.get("outcome") == "ok" else (t.end.get("exit_code") or 1)
-            elif t.end is None and t.hello and not netns.alive(t.hello["pid"]):
-                # gone without a last line (killed with its node, or ended by its agent): not hung. torchrun may
-                # be about to restart the workers, and the hang rule must not end the job in that window
-                t.exit_code = -signal.SIGKILL
-        return tracks
+        return watched(tracks, netns.alive) if watching else tracks
 
     def _ask_flight(self, tracks: dict) -> None:
         """SIGUSR2 to every live worker whose recorder is armed: it dumps what its process groups did, the calls
@@ -267,7 +252,8 @@ class AgentsRun:
             return None
 
     def _assemble(self, wall: float) -> RunResult:
-        tracks = self._tracks()
+        injected = self.schedule.injected if self.schedule else []
+        tracks = killed_crashed(self._tracks(), [p for f in injected if f["kind"] == "kill" for p in f["pids"]])
         for r in range(self.n):
             tracks.setdefault(r, events.RankTrack(r))
         j = policy.judge(tracks, self.stopped_for, timeout=self.settings.timeout, blocked_s=self.detect_s)
@@ -276,13 +262,13 @@ class AgentsRun:
                  for r, t in sorted(tracks.items())]
         hosts = [f"node{r // self.per}" for r in range(self.n)]
         ranks = [rr if rr.host else _with_host(rr, hosts[rr.rank]) for rr in ranks]
-        diag, injected = j.diagnosis, self.schedule.injected if self.schedule else []
+        diag = j.diagnosis
         killed = [f for f in injected if f["kind"] == "kill"]
         if j.verdict != "ok" and killed and self.stopped_for != "interrupted":
             diag = faultlib.node_failure(killed[-1], diag, ranks, self.per, after="With --max-restarts 0 torchrun "
                                          "does not restart the workers: the work since the last checkpoint is lost."
                                          if self.max_restarts == 0 else "")
-        diag = on_nodes(faultlib.stated(diag, injected), ranks)
+        diag = on_nodes(faultlib.stated(diag, injected, self.schedule.faults if self.schedule else []), ranks)
         restarts = self._restarts()
         if restarts:
             diag = diag.noted(f"The workers were restarted {restarts} time{'s' if restarts != 1 else ''} by torchrun "
@@ -297,12 +283,31 @@ class AgentsRun:
                          run_dir=None if self.owns_dir else self.dir, warnings=j.warnings, ended_at=time.time())
 
 
-def _die_with_us() -> None:
-    """In the agent, before exec (kept across the execs of `ip netns exec`, `unshare` and `sh`): SIGKILL when the
-    launcher dies, even by SIGKILL. Its workers, in sessions of their own, watch the launcher themselves."""
-    import ctypes
+def watched(tracks: dict, alive) -> dict:
+    """The tracks as the hang rule must see them while torchrun runs the workers. A worker that ended well has
+    finished (exit 0). One that failed or is gone without a last line (killed with its node, ended by its agent) is
+    torchrun's to handle: it restarts the workers, or gives up and its agent ends. Until then the rank counts as not
+    started: its peers' new attempt may already wait in init_process_group for it, and a rank that looked finished
+    would make that wait look hopeless to the hang rule, which would end the job in the middle of torchrun's restart.
+    `alive(pid)`: whether a process still runs."""
+    out = {}
+    for r, t in tracks.items():
+        if t.end is not None and t.end.get("outcome") == "ok":
+            t.exit_code = 0
+        elif t.end is not None or (t.hello and not alive(t.hello["pid"])):
+            t = events.RankTrack(r)
+        out[r] = t
+    return out
 
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+def killed_crashed(tracks: dict, pids: list[int]) -> dict:
+    """The tracks with the workers the sandbox killed (with their node) known as killed, as a launcher knows its
+    processes' exit status: crashed, wherever they were. Read from their files alone, a worker killed inside a
+    collective would look hung, and its peers' lost connections the launcher tearing a hang down."""
+    for t in tracks.values():
+        if t.hello and t.hello.get("pid") in pids and t.end is None:
+            t.pid, t.exit_code = t.hello["pid"], -signal.SIGKILL
+    return tracks
 
 
 def _with_host(rr: RankResult, host: str) -> RankResult:

@@ -20,17 +20,20 @@ KINDS = ("kill", "link-down")
 
 @dataclass(frozen=True, kw_only=True)
 class Fault:
-    """kind: "kill" (every process on the node) or "link-down" (the node's link, for `for_s` seconds). When: `at_s`
-    seconds into the run, or when rank `at_call[0]` enters its `at_call[1]`-th traced call."""
+    """kind: "kill" (every process on the node) or "link-down" (the node's link, for `for_s` seconds; its end is a
+    "link-up" the schedule adds itself). When: `at_s` seconds into the run, or when rank `at_call[0]` enters its
+    `at_call[1]`-th traced call."""
     kind: str
     node: int
     at_s: float | None = None
     at_call: tuple[int, int] | None = None
     for_s: float | None = None
 
-    def when(self) -> str:
+    def when(self, call: int | None = None) -> str:
+        """When it fires, in words; `call`: the call its rank had reached when the sandbox saw it due (the traces
+        are read every tenth of a second: a rank busy in short calls may be past the one asked for)."""
         return f"at {self.at_s:g} s" if self.at_s is not None else \
-            f"when rank {self.at_call[0]} entered its call {self.at_call[1]}"
+            f"when rank {self.at_call[0]} entered its call {call or self.at_call[1]}"
 
 
 def parse(kind: str, text: str) -> Fault:
@@ -47,8 +50,16 @@ def parse(kind: str, text: str) -> Fault:
 
 
 def check(faults: list[Fault], nnodes: int, world: int) -> str | None:
-    """One sentence if a fault names a node or rank the run does not have, else None."""
+    """One sentence if a fault is not one the run can inject (an unknown kind, no single time, a link-down with no
+    duration) or names a node or rank the run does not have, else None."""
     for f in faults:
+        if not isinstance(f, Fault) or f.kind not in KINDS:
+            return f"a fault is Fault(kind=...) with kind one of {', '.join(KINDS)}, not {f!r}."
+        if (f.at_s is None) == (f.at_call is None) or (f.at_s is not None and f.at_s < 0) or (
+                f.at_call is not None and f.at_call[1] < 1):
+            return f"a fault fires at_s=SECONDS (0 or more) or at_call=(RANK, CALL) (CALL from 1), one of them: {f!r}."
+        if (f.kind == "link-down") != (f.for_s is not None and f.for_s > 0):
+            return f"a link-down fault lasts for_s=SECONDS (more than 0), and only a link-down has a duration: {f!r}."
         if not 0 <= f.node < nnodes or (f.at_call and not 0 <= f.at_call[0] < world):
             named = f"node {f.node}" + (f" and rank {f.at_call[0]}" if f.at_call else "")
             option = "--kill-node" if f.kind == "kill" else "--link-down"
@@ -73,47 +84,42 @@ class Schedule:
 
     def poll(self, elapsed: float, calls_of: Callable[[int], int]) -> None:
         for f in list(self.faults):
-            due = (f.at_s is not None and elapsed >= f.at_s) or (
-                f.at_call is not None and calls_of(f.at_call[0]) >= f.at_call[1])
+            call = calls_of(f.at_call[0]) if f.at_call is not None else None
+            due = (f.at_s is not None and elapsed >= f.at_s) or (call is not None and call >= f.at_call[1])
             if not due:
                 continue
             self.faults.remove(f)
             name = f"node{f.node}"
             if f.kind == "kill":
                 pids = self.cluster.kill_node(f.node)
-                what = f"{name} was killed {f.when()} ({len(pids)} processes){self.after_kill}"
-                self._note(elapsed, f, what, label=f"{name} killed")
+                what = f"{name} was killed {f.when(call)} ({len(pids)} processes){self.after_kill}"
+                self._note(elapsed, f, what, label=f"{name} killed", pids=pids, when=f.when(call))
                 if self.on_kill is not None:
                     self.on_kill(f.node)
             elif f.kind == "link-down":
                 self.cluster.set_link(f.node, up=False)
-                self._note(elapsed, f, f"{name}'s link went down {f.when()} for {f.for_s:g} s",
+                self._note(elapsed, f, f"{name}'s link went down {f.when(call)} for {f.for_s:g} s",
                            label=f"{name} link down", until=time.time() + f.for_s)
                 self.faults.append(Fault(kind="link-up", node=f.node, at_s=elapsed + f.for_s))
-            else:  # the end of a link-down
+            elif f.kind == "link-up":  # the end of a link-down, scheduled by it
                 self.cluster.set_link(f.node, up=True)
 
     def _note(self, elapsed: float, f: Fault, what: str, **more) -> None:
         self.injected.append({"ev": "fault", "t": time.time(), "elapsed": elapsed, "node": f.node, "kind": f.kind,
                               "what": what, **more})
 
-    def end_links(self) -> None:
-        """Links still down when the run ends come back up (the cluster is about to go anyway; this is for the
-        record: nothing is left half-done)."""
-        for f in [f for f in self.faults if f.kind == "link-up"]:
-            self.faults.remove(f)
-            self.cluster.set_link(f.node, up=True)
-
 
 def node_failure(kill: dict, diag: Diagnosis, ranks: list, per_node: int, *, after: str = "") -> Diagnosis:
     """A node killed by the sandbox, and the run did not get over it: the dead node is the cause, whatever its peers
     did next (they lost their connections, or were ended mid-call). `ranks`: the RankResults; `after`: a sentence
     on what the launcher did about it."""
-    dead = list(range(kill["node"] * per_node, (kill["node"] + 1) * per_node))
+    name = f"node{kill['node']}"
+    # where each rank said it ran (torchrun orders nodes by name, so node10 comes before node2), else by count
+    dead = [rr.rank for rr in ranks if rr.host == name] or \
+        list(range(kill["node"] * per_node, (kill["node"] + 1) * per_node))
     peers = [rr.rank for rr in ranks if rr.rank not in dead and str(rr.outcome) != "ok"]
-    when = kill["what"].split(" (")[0].split(" was ", 1)[1]
-    cause = (f"Node{kill['node']} died: {when}, taking {words.ranks(dead)} with it, and the job could not go on "
-             f"without them")
+    cause = (f"Node{kill['node']} died: killed {kill['when']}, taking {words.ranks(dead)} with it, and the job "
+             f"could not go on without them")
     cause += f"; {words.ranks(peers)} then failed or were ended, a consequence." if peers else "."
     if after:
         cause += " " + after
@@ -121,9 +127,16 @@ def node_failure(kill: dict, diag: Diagnosis, ranks: list, per_node: int, *, aft
                      details={**diag.details, "node": f"node{kill['node']}", "rules_said": diag.summary})
 
 
-def stated(diag: Diagnosis, injected: list[dict]) -> Diagnosis:
-    """The diagnosis with every fault that was injected said in a note (the one it already blames excepted)."""
+def stated(diag: Diagnosis, injected: list[dict], pending: list[Fault] = ()) -> Diagnosis:
+    """The diagnosis with every fault that was injected said in a note (the one it already blames excepted), and
+    every fault still `pending` when the run ended (it never came due)."""
     for f in injected:
         if not (f["kind"] == "kill" and diag.kind == "node_failure" and diag.details.get("node") == f"node{f['node']}"):
             diag = diag.noted(f"{f['what'][0].upper()}{f['what'][1:]}.")
+    for f in pending:
+        if f.kind == "link-up":
+            diag = diag.noted(f"Node{f.node}'s link was still down when the run ended.")
+        else:
+            what = "to be killed" if f.kind == "kill" else "to lose its link"
+            diag = diag.noted(f"Node{f.node} was {what} {f.when()}; the run ended first, and it never was.")
     return diag

@@ -87,7 +87,7 @@ def test_every_bug_has_its_page(site):
         assert 'class="hll"' in page, f"{slug}: the BUG/FIX lines are not highlighted"
         kinds = (bug.broken.verdict,) if isinstance(bug.broken.verdict, str) else bug.broken.verdict
         assert re.search(r"\b(" + "|".join(k.upper() for k in kinds) + r")\b", text), \
-            f"{slug}: the page shows no {kinds} verdict of a real run"
+            f"{slug}: the page shows no {kinds} verdict of a real run: " + text[text.find("What the sandbox says"):][:3000]
         assert os.path.isfile(os.path.join(site["dir"], "bugs", slug, "timeline.png")), slug
         assert 'src="timeline.png"' in page, slug
         lab = hooks.lab_of(slug)

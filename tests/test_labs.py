@@ -154,7 +154,8 @@ def test_lab_runs_and_shows_what_it_teaches(path, kernel, clean):
                 assert f"[{bug.broken.kind}]" in check, check
             if bug.broken.error:
                 assert re.search(bug.broken.error, check), check
-        assert _tagged(nb, tag("fixed")).strip().splitlines()[-1] == "ok"
+        fixed = _tagged(nb, tag("fixed")).strip()
+        assert fixed.splitlines()[-1] == "ok", fixed  # the whole cell on failure: the run's report says why
     for tag, pattern in EXTRA.get(_name(path), {}).items():
         text = _tagged(nb, tag)
         assert re.search(pattern, text), f"{tag}: /{pattern}/ not in:\n{text[-2000:]}"

@@ -3,6 +3,7 @@ its own, the tracer in its workers; faults injected from outside the nodes; noth
 the launcher included. Needs root (network namespaces); skipped with the reason elsewhere."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,8 +86,9 @@ def test_a_node_killed_under_max_restarts_1_restarts_and_finishes(clean, tmp_pat
     p, d, trace = train(tmp_path, "--max-restarts", "1", "--kill-node", "1@rank2:6")
     assert p.returncode == 0 and d["verdict"] == "ok", d["diagnosis"]
     text = d["diagnosis"]["summary"]
-    assert "Node1 was killed when rank 2 (node1) entered its call 6 (3 processes): its torchrun agent and its " \
-           "workers; it came back with a fresh agent." in text
+    # call 6, or a later one if rank 2 got past it before the sandbox's next look at the traces
+    assert re.search(r"Node1 was killed when rank 2 \(node1\) entered its call ([6-9]|1[01]) \(3 processes\): its "
+                     r"torchrun agent and its workers; it came back with a fresh agent\.", text), text
     assert f"The workers were restarted 1 time by torchrun (--max-restarts 1); this report is the last attempt's, the " \
            f"earlier ones' traces are in {trace}/attempts/." in text
     # the last attempt resumed from the checkpoint and finished on every rank; the first is kept beside it
@@ -105,8 +107,8 @@ def test_a_node_killed_without_restarts_fails_and_the_dead_node_is_named(clean, 
     assert p.returncode == 1 and d["verdict"] in ("crash", "error")
     diag = d["diagnosis"]
     assert (diag["kind"], diag["culprit_ranks"], diag["details"]["node"]) == ("node_failure", [2, 3], "node1"), diag
-    assert diag["summary"].startswith("Node1 died: killed when rank 2 (node1) entered its call 6, taking ranks 2 and 3 "
-                                      "(node1) with it, and the job could not go on without them"), diag["summary"]
+    assert re.match(r"Node1 died: killed when rank 2 \(node1\) entered its call ([6-9]|1[01]), taking ranks 2 and 3 "
+                    r"\(node1\) with it, and the job could not go on without them", diag["summary"]), diag["summary"]
     assert "With --max-restarts 0 torchrun does not restart the workers" in diag["summary"]
     assert nodes.leftovers(p.pid) == []
 

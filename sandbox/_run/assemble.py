@@ -74,7 +74,8 @@ class Assembling:
         killed = [f for f in injected if f["kind"] == "kill"]
         if verdict != "ok" and killed and self.stopped_for != INTERRUPTED:
             diag = faults.node_failure(killed[-1], diag, ranks, self.spec["nproc_per_node"])
-        return on_nodes(faults.stated(diag, injected), ranks)
+        return on_nodes(faults.stated(diag, injected, self.schedule.faults if self.schedule is not None else []),
+                        ranks)
 
     def _assemble(self, wall: float) -> RunResult:
         self._pump(0)

@@ -1,0 +1,99 @@
+"""How the torchrun launcher reads its workers' traces (sandbox.agents), from hand-made tracks: what the hang rule
+sees while torchrun may be restarting the workers, and what the verdict says of workers the sandbox killed with their
+node. Both were found by CI under load, where the real runs only sometimes hit them (tests/test_torchrun_nodes.py
+runs them for real)."""
+from __future__ import annotations
+
+from sandbox import agents, defaults, policy
+from sandbox.events import RankTrack
+
+AR = {"op": "all_reduce", "gname": "0", "group": [0, 1, 2, 3], "seq": 8, "shapes": [[4]], "dtypes": ["float32"],
+      "redop": "SUM"}
+INIT = {"op": "init_process_group", "group": [0, 1, 2, 3], "world_size": 4, "endpoint": "node0:29400"}
+LOST = "Connection closed by peer [10.213.0.2]:51234"
+NOW = 100.0
+
+
+def _worker(rank, pid, *, call=AR, at=10.0, error=None, end=None):
+    """A worker's track: its hello (with the pid torchrun gave it), one call entered at `at`, maybe raising `error`,
+    maybe its last line `end` ("ok" or "error")."""
+    t = RankTrack(rank)
+    t.feed({"ev": "hello", "rank": rank, "world_size": 4, "pid": pid, "host": f"node{rank // 2}", "t": 0.0})
+    t.feed({"ev": "enter", "rank": rank, "id": 1, "t": at, "site": "train.py:30", **call})
+    if error:
+        t.feed({"ev": "exit", "rank": rank, "id": 1, "t": at + 1, "error": error})
+    if end == "ok":
+        t.feed({"ev": "exit", "rank": rank, "id": 1, "t": at + 1})
+        t.feed({"ev": "end", "rank": rank, "outcome": "ok", "exit_code": 0, "t": at + 2})
+    elif end == "error":
+        t.feed({"ev": "end", "rank": rank, "outcome": "error", "exit_code": 1, "t": at + 2,
+                "error": {"type": "DistBackendError", "message": error or LOST, "traceback": ""}})
+    return t
+
+
+def _decide(tracks):
+    settings = policy.Settings(hang_after=defaults.HANG_AFTER_S, timeout=defaults.RUN_TIMEOUT_S)
+    return policy.decide(tracks, NOW, elapsed=30.0, quiet_s=30.0, failed_since=None, settings=settings)
+
+
+def _dead_from(pids):
+    return lambda pid: pid not in pids
+
+
+def test_a_restart_in_progress_is_not_a_hang():
+    """Node0's new workers already wait in init_process_group; node1's killed workers have not started again
+    (their files are still the earlier attempt's). The hang rule must wait for torchrun, not end the job."""
+    tracks = {0: _worker(0, 200, call=INIT), 1: _worker(1, 201, call=INIT), 2: _worker(2, 102), 3: _worker(3, 103)}
+    seen = agents.watched(tracks, _dead_from({102, 103}))
+    assert [seen[r].hello is None for r in range(4)] == [False, False, True, True]
+    assert _decide(seen) is None
+
+
+def test_a_failed_worker_is_torchruns_to_handle_too():
+    """The other order: node1's new workers wait, node0's ended with an error in the earlier attempt."""
+    tracks = {0: _worker(0, 100, error=LOST, end="error"), 1: _worker(1, 101, error=LOST, end="error"),
+              2: _worker(2, 202, call=INIT), 3: _worker(3, 203, call=INIT)}
+    seen = agents.watched(tracks, _dead_from({100, 101}))
+    assert seen[0].hello is None and seen[0].exit_code is None
+    assert _decide(seen) is None
+
+
+def test_workers_blocked_on_peers_that_finished_are_still_a_hang():
+    """The rule still fires where no restart can help: ranks 2 and 3 finished, ranks 0 and 1 wait for them."""
+    tracks = {0: _worker(0, 100), 1: _worker(1, 101), 2: _worker(2, 102, end="ok"), 3: _worker(3, 103, end="ok")}
+    seen = agents.watched(tracks, _dead_from({102, 103}))
+    assert seen[2].exit_code == 0
+    d = _decide(seen)
+    assert d is not None and d.stop == policy.HANG
+
+
+def test_workers_killed_inside_a_collective_are_crashed_not_hung():
+    """Node1 killed while ranks 2 and 3 were inside all_reduce; ranks 0 and 1 then lost their connections. From the
+    files alone that reads as a hang torn down; the pids the sandbox killed make it the crash it was."""
+    def tracks():
+        return {0: _worker(0, 100, error=LOST, end="error"), 1: _worker(1, 101, error=LOST, end="error"),
+                2: _worker(2, 102), 3: _worker(3, 103)}
+
+    assert policy.judge(tracks()).verdict == policy.HANG  # what the files alone say
+    j = policy.judge(agents.killed_crashed(tracks(), [102, 103, 7]))  # 7: the node's agent, no worker
+    assert j.verdict == "crash"
+    assert (j.outcomes[2], j.outcomes[3], j.outcomes[0]) == ("crashed", "crashed", "error")
+
+
+def test_a_killed_worker_that_had_finished_keeps_its_end():
+    t = agents.killed_crashed({0: _worker(0, 100, end="ok")}, [100])[0]
+    assert t.exit_code is None and policy.judge({0: t}).verdict == "ok"
+
+
+def test_a_kept_trace_dir_starts_without_the_earlier_runs_torchrun_files(tmp_path):
+    """A --trace-dir used again: torchrun's earlier attempts, its agents' logs and folders and the Flight Recorder
+    dumps of the run before would be read as this run's (a restart count, an attempt number, a collective)."""
+    from sandbox._run import options
+
+    stale = ["agent-node0.log", "fr-2.pkl", "rank-0.jsonl", "attempts/0/rank-0.jsonl", "torchelastic-node1/x/y.json"]
+    for name in stale + ["notes.txt", "attempts-old/keep.txt"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("earlier")
+    options.trace_dir(str(tmp_path))
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == \
+        ["attempts-old", "attempts-old/keep.txt", "notes.txt"]
