@@ -87,8 +87,13 @@ def run_bug(slug: str, out_dir: str) -> dict:
     png = os.path.join(out_dir, "bugs", slug, "timeline.png")
     os.makedirs(os.path.dirname(png), exist_ok=True)
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "sandbox.repro", slug, "--variant", "broken", "--json", "--timeline", png],
-                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    try:
+        p = subprocess.run([sys.executable, "-m", "sandbox.repro", slug, "--variant", "broken", "--json", "--timeline",
+                            png], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired as e:  # killed: on_files names it as a run that failed, with what it said
+        said = e.stderr or b""  # bytes, text=True or not
+        p = subprocess.CompletedProcess(e.cmd, -9, "", f"(killed after {e.timeout:g} s) " + (
+            said.decode(errors="replace") if isinstance(said, bytes) else said))
     try:
         run = json.loads(p.stdout)["variants"][0]
     except (ValueError, KeyError, IndexError):  # no JSON: the run itself failed; on_files names it with its stderr

@@ -74,6 +74,16 @@ def add_world(p: argparse.ArgumentParser) -> None:
                    help="ranks on each node (default 1 with --nnodes, as torchrun)")
 
 
+def world(a: argparse.Namespace) -> int:
+    """The number of ranks `add_world`'s options ask for: -n on one node (default 2), or K nodes of P ranks (P
+    default 1, as torchrun). ValueError in one sentence for -n given with nodes."""
+    if a.n is not None and (a.nnodes > 1 or a.nproc_per_node is not None):
+        raise ValueError("-n is the number of ranks on one node: with --nnodes give --nproc-per-node instead")
+    if a.nnodes == 1 and a.nproc_per_node is None:
+        return a.n or 2
+    return a.nnodes * (a.nproc_per_node or 1)
+
+
 def positive_seconds(text: str) -> float:
     """A duration: a positive, finite number of seconds."""
     try:

@@ -10,6 +10,9 @@ import signal
 HANG_AFTER_S = 1.0    # every live rank blocked in calls nobody can complete for this long: a hang
 RUN_TIMEOUT_S = 300.0  # the whole run, whatever it is doing; then the ranks are stopped and the verdict is "timeout"
 PG_TIMEOUT_S = 60.0   # the process group's own timeout (init_process_group(timeout=)) where the sandbox creates it
+# Set by the torchrun launcher (sandbox.agents) to its pid: its workers, which torchrun starts in sessions of their
+# own, end themselves when that process is gone (sandbox.trace)
+WATCH_PID_ENV = "SANDBOX_WATCH_PID"
 
 
 def debug_env(level: str | None) -> dict[str, str]:

@@ -80,26 +80,21 @@ def sandbox(line: str, cell: str):
 sandbox.__doc__ += "\n" + parser().format_help()
 
 
-def world(a) -> int:
-    """The number of ranks, as `python -m sandbox.run` counts them: -n on one node, or K nodes of P ranks."""
-    if a.n is not None and (a.nnodes > 1 or a.nproc_per_node is not None):
-        raise _BadArguments("-n is the number of ranks on one node: with --nnodes give --nproc-per-node instead")
-    if a.nnodes == 1 and a.nproc_per_node is None:
-        return a.n or 2
-    return a.nnodes * (a.nproc_per_node or 1)
-
-
 def run_cell(line: str, cell: str, ip=None):
     """The magic's work; returns the RunResult (None after a bad option)."""
     try:
         a = parser().parse_args(shlex.split(line))
-        n = world(a)
     except _BadArguments as e:
         if e.args[0]:
             print(f"%%sandbox: {e.args[0]}; %%sandbox? lists the options.", file=sys.stderr)
         return None
     except ValueError as e:  # shlex: an unclosed quote
         print(f"%%sandbox: cannot read the options ({e}).", file=sys.stderr)
+        return None
+    try:
+        n = cli.world(a)
+    except ValueError as e:
+        print(f"%%sandbox: {e}; %%sandbox? lists the options.", file=sys.stderr)
         return None
     if not cell.strip():
         print("%%sandbox: the cell is empty: type the code every rank runs under the %%sandbox line.", file=sys.stderr)

@@ -38,12 +38,25 @@ log = logging.getLogger("sandbox.nodes")
 
 SUBNET = "10.213.{slot}.0/24"
 MAX_SLOTS = 256
+LOCK_WAIT_S = 60.0  # how long a cluster starting waits for another one to pick its slot
 
 _CLONE_NEWNET, _CLONE_NEWUTS, _CLONE_NEWNS = 0x40000000, 0x04000000, 0x00020000
 _MS_BIND, _MS_REC, _MS_SLAVE, _MNT_DETACH = 0x1000, 0x4000, 1 << 19, 2
 
 
 @functools.cache  # loaded once in the parent, so a child between fork and exec only calls into it
+def _flock(fd: int, wait_s: float) -> None:
+    """An exclusive flock on fd, waiting at most wait_s (its holders only pick a slot and add namespaces)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"another cluster held {ns.ETC_DIR}'s lock for {wait_s:g} s") from None
+            time.sleep(0.05)
+
+
 def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
@@ -169,7 +182,7 @@ class Cluster:
         # /run/netns: `ip netns add` flocks that folder itself, and would wait for us forever.
         lock = os.open(ns.ETC_DIR, os.O_RDONLY)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            _flock(lock, LOCK_WAIT_S)
             cleanup_stale()
             used = {int(n.split("-")[2]) for n in ns.ours(ns.RUN_DIR)
                     if re.match(rf"^{ns.PREFIX}-\d+-\d+-", n)}
@@ -223,13 +236,15 @@ class Cluster:
         """SIGKILL every process inside node i (a power cut, as its peers see it); returns their pids. The node
         itself (namespace, address, link) stays, as a machine that reboots keeps its name and address."""
         inode = os.stat(f"{ns.RUN_DIR}/{self.nodes[i].netns}").st_ino
-        pids = ns.pids_in({inode})
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:  # it ended on its own meanwhile
-                pass
-        return pids
+        killed: list[int] = []
+        deadline = time.monotonic() + ns.DIE_WAIT_S
+        # again until none is left: a process forked after a pass (an agent starting its workers) escaped it
+        while (pids := [p for p in ns.pids_in({inode}) if p not in killed]) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
+                    os.kill(pid, signal.SIGKILL)
+            killed += pids
+        return killed
 
     def set_link(self, i: int, up: bool) -> None:
         """Take node i's link down (a pulled cable: the switch port goes down, so does the node's carrier; TCP
@@ -263,12 +278,17 @@ _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 _BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
 
-def tbf_args(rate: str) -> list[str]:
-    """tc's tbf arguments for a rate such as "100mbit": a bucket of 10 ms of traffic (at least 64 KiB, a full TSO
-    segment, so big sends are not dropped whole), 50 ms of queue. ValueError in one sentence for a bad rate."""
+def rate_bytes_per_s(rate: str) -> float:
+    """A link rate in tc's words ("100mbit", "1gbit") in bytes per second. ValueError in one sentence otherwise."""
     m = _RATE.match(rate.strip().lower())
     if m is None or float(m.group(1)) <= 0:
         raise ValueError(f"a link rate is a number and a unit (bit, kbit, mbit or gbit), such as 100mbit, "
                          f"not {rate!r}.")
-    bytes_per_s = float(m.group(1)) * _BITS[m.group(2)] / 8
+    return float(m.group(1)) * _BITS[m.group(2)] / 8
+
+
+def tbf_args(rate: str) -> list[str]:
+    """tc's tbf arguments for a rate such as "100mbit": a bucket of 10 ms of traffic (at least 64 KiB, a full TSO
+    segment, so big sends are not dropped whole), 50 ms of queue. ValueError in one sentence for a bad rate."""
+    bytes_per_s = rate_bytes_per_s(rate)
     return ["rate", rate.strip().lower(), "burst", str(max(65536, int(bytes_per_s / 100))), "latency", "50ms"]

@@ -128,9 +128,10 @@ def main(argv=None) -> int:
     cli.setup_logging(a.verbose)
     if a.module is None and a.script is None:
         p.error("give a script to run (or -m MODULE)")
-    if a.n is not None and (a.nnodes > 1 or a.nproc_per_node is not None):
-        p.error("-n is the number of ranks on one node: with --nnodes give --nproc-per-node instead")
-    world = a.n or 2 if a.nnodes == 1 and a.nproc_per_node is None else a.nnodes * (a.nproc_per_node or 1)
+    try:
+        world = cli.world(a)
+    except ValueError as e:
+        p.error(str(e))
     torchrun = a.launcher == "torchrun"
     if not torchrun and a.max_restarts:
         p.error("--max-restarts is torchrun's: it needs --launcher torchrun")

@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Callable
 
-from sandbox import defaults, policy
+from sandbox import defaults, faults as faultlib, policy
 from sandbox import warm as zygotes
 from sandbox._run import options
 from sandbox._run.assemble import Assembling
@@ -27,7 +27,6 @@ from sandbox._run.stop import ZYGOTE_EXIT_S, Stopping
 from sandbox._run.watch import INTERRUPTED, Watching
 from sandbox.channel import Channel
 from sandbox.events import RankTrack, Tail
-from sandbox.faults import Schedule as fault_schedule
 from sandbox.result import Diagnosis, RankResult, RunResult
 
 
@@ -145,7 +144,7 @@ class Run(Starting, Watching, Stopping, Assembling):
             self.cluster = nodes.Cluster(nnodes=self.nnodes, **self.node_options)
             self.cluster.__enter__()
             self.spec["nodes"] = [dataclasses.asdict(n) for n in self.cluster.nodes]
-            self.schedule = fault_schedule(self.faults, self.cluster, after_kill=": its ranks with it")
+            self.schedule = faultlib.Schedule(self.faults, self.cluster, after_kill=": its ranks with it")
 
     def _cleanup(self) -> None:
         self._kill()

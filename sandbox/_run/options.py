@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import signal
 
 MAX_WORLD_SIZE = 128
 # the files a run writes into its directory: a fresh run removes stale ones, which would be read as its own
-RUN_FILE = re.compile(r"(rank-\d+\.(jsonl|log)|stack-\d+\.txt|result-\d+\.pkl|zygote\.log|spec\.pkl|meta\.json)")
+RUN_FILE = re.compile(r"(rank-\d+\.(jsonl|log)|stack-\d+\.txt|result-\d+\.pkl|fr-\d+\.pkl|zygote\.log|spec\.pkl"
+                      r"|meta\.json|agent-node\d+\.log)")
+RUN_DIRS = re.compile(r"attempts|torchelastic-node\d+")  # torchrun's earlier attempts, its agents' own files
 
 
 class UsageError(ValueError):
@@ -48,6 +51,8 @@ def trace_dir(path: str) -> str:
             full = os.path.join(path, name)
             if RUN_FILE.fullmatch(name) and os.path.isfile(full):
                 os.unlink(full)
+            elif RUN_DIRS.fullmatch(name) and os.path.isdir(full):
+                shutil.rmtree(full)
     except OSError as e:
         raise UsageError(f"cannot use {path} as the trace directory: {e.strerror or e}.") from None
     return os.path.abspath(path)
@@ -70,9 +75,12 @@ def check_nodes(world_size: int, nnodes, node_options: dict | None = None, gpu: 
         if not ok:
             raise UsageError(why)
     known = {"hostname_loopback", "cap"}
-    if node_options and (nnodes == 1 or set(node_options) - known):
-        raise UsageError(f"node options ({', '.join(sorted(known))}) apply to several nodes only, and these are "
-                         f"not all known: {sorted(node_options)}.")
+    if node_options and set(node_options) - known:
+        raise UsageError(f"node options are {', '.join(sorted(known))}, not "
+                         f"{', '.join(sorted(set(node_options) - known))}.")
+    if node_options and nnodes == 1:
+        raise UsageError(f"node options ({', '.join(sorted(node_options))}) apply to several nodes: give nnodes=2 "
+                         f"or more.")
     if (node_options or {}).get("cap") is not None:
         from sandbox import nodes
 

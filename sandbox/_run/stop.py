@@ -22,29 +22,33 @@ REAP_WAIT_INTERRUPTED_S = 0.2
 ZYGOTE_EXIT_S = 2.0         # how long a SIGKILLed zygote gets to be gone
 
 
+@contextlib.contextmanager
+def noted_signals(held: list):
+    """While a run is up, SIGINT and SIGTERM are noted in `held`, not raised: the watch sees them within one poll
+    and stops the run, and a signal during teardown cannot cut it short (every step of it is bounded).
+    Only the main thread can set handlers; elsewhere a KeyboardInterrupt is caught where it lands."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        held.append(signum)
+
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 class Stopping:
     """The signal, stop and reap steps of `sandbox._run.Run`."""
 
-    @contextlib.contextmanager
     def _signals(self):
-        """While the run is up, SIGINT and SIGTERM are noted, not raised: the watchdog sees them within one poll
-        and stops the run, and a signal during teardown cannot cut it short (every step of it is bounded).
-        Only the main thread can set handlers; elsewhere a KeyboardInterrupt is caught where it lands."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum, frame):
-            self.held.append(signum)
-
-        old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        for s in old:
-            signal.signal(s, handler)
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+        return noted_signals(self.held)
 
     def _stop(self, why: str, stacks_taken: bool = False) -> None:
         """Fetch every live rank's Python stack (unless just done), then end the whole run."""

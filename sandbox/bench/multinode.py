@@ -22,25 +22,19 @@ hits both alike; each time is the slowest rank's, the figure the median.
 from __future__ import annotations
 
 import os
-import re
 import time
 from typing import Callable
 
+from sandbox import nodes
 from sandbox.bench.stats import KIB, MIB, bus_factor, columns, fmt_bw, fmt_size, fmt_time, point
 
 NODE_SIZES = (64 * KIB, MIB, 16 * MIB, 64 * MIB)
 QUICK_NODE_SIZES = (64 * KIB, MIB, 16 * MIB)
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")  # tc's rate words, as `sandbox.nodes.tbf_args` takes
 
 
 def cap_GBps(rate: str | None) -> float | None:
     """A link rate in tc's words ("1gbit") as GB/s (1e9 bytes/s), the unit of bus bandwidth; None for no cap."""
-    if rate is None:
-        return None
-    m = _RATE.match(rate.strip().lower())
-    if m is None:
-        raise ValueError(f"not a link rate: {rate!r}")
-    return float(m.group(1)) * {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[m.group(2)] / 8 / 1e9
+    return None if rate is None else nodes.rate_bytes_per_s(rate) / 1e9
 
 
 def spread(nnodes: int, per: int) -> list[int]:

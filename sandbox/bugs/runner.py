@@ -81,7 +81,10 @@ def _under_torchrun(bug, variant: str, n: int, how: dict, kwargs: dict, fix: Cal
     import json
 
     from sandbox import agents, faults
+    from sandbox.launcher import UsageError
 
+    if n % bug.nnodes:  # torchrun's --nproc-per-node is per node: every node the same
+        raise UsageError(f"{n} ranks cannot be spread evenly over {bug.nnodes} nodes.")
     if fix is not None:
         raise FixNotSendable("a fix for a bug run under torchrun is a change to its script: edit the module's "
                              "`fixed` and run it again.")

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 
+from sandbox import defaults
 from sandbox import rank as rank_runner
 from sandbox import trace
 from sandbox.trace import recorder
@@ -44,9 +45,6 @@ def keep_attempt(trace_dir: str, rank: int) -> str:
         if os.path.exists(src):
             os.replace(src, os.path.join(dest, name.format(r=rank)))
     return dest
-
-
-WATCH_ENV = "SANDBOX_WATCH_PID"  # set by the sandbox's torchrun launcher (sandbox.agents): its pid
 
 
 def _end_with(pid: int) -> None:
@@ -83,8 +81,9 @@ def main(argv: list[str]) -> int:
         os.close(out)
     trace.install()
     armed = recorder.arm(a.trace_dir, rank)  # the Flight Recorder's dump beside the trace: fr-<RANK>.pkl
-    if os.environ.get(WATCH_ENV):  # started after arm: a thread inherits its mask, and SIGUSR2 is the recorder's
-        threading.Thread(target=_end_with, args=(int(os.environ[WATCH_ENV]),), daemon=True).start()
+    watch = os.environ.get(defaults.WATCH_PID_ENV)
+    if watch:  # started after arm: a thread inherits its mask, and SIGUSR2 is the recorder's
+        threading.Thread(target=_end_with, args=(int(watch),), daemon=True).start()
     trace.start(os.path.join(a.trace_dir, f"rank-{rank}.jsonl"), rank,
                 world_size=int(os.environ.get("WORLD_SIZE", "1")), local_rank=int(os.environ.get("LOCAL_RANK", "0")),
                 group_rank=os.environ.get("GROUP_RANK"),
