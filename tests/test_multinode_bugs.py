@@ -1,5 +1,5 @@
-"""The catalogue's bugs across simulated nodes (master-addr-localhost, local-rank-as-rank, hostname-loopback): their
-records, how they are skipped where nodes cannot be made (root is needed), and the diagnoses that name the node
+"""The catalogue's bugs across simulated nodes (master-addr-localhost, local-rank-as-rank, hostname-loopback,
+node-failure): their records, how they are skipped where nodes cannot be made (root is needed), and the diagnoses that name the node
 and the cause, from hand-built traces (the rules alone) and from real runs on 2 nodes of 2 ranks (as root).
 
 Every variant of every bug is also run by tests/test_catalogue.py, which reads them from the registry."""
@@ -19,7 +19,7 @@ from sandbox.events import RankTrack
 
 OK, WHY = nodes.available()
 needs_nodes = pytest.mark.skipif(not OK, reason=WHY)
-MULTI = ("master-addr-localhost", "local-rank-as-rank", "hostname-loopback")
+MULTI = ("master-addr-localhost", "local-rank-as-rank", "hostname-loopback", "node-failure")
 NO_ROOT = "import os; os.geteuid = lambda: 1000\n"  # what nodes.available() sees as a user without root
 T = 120
 
@@ -74,13 +74,13 @@ def test_without_root_repro_of_one_says_what_is_needed_and_exits_2():
 
 
 def test_without_root_repro_all_skips_them_with_the_sentence_and_judges_the_rest():
-    """The whole catalogue would take minutes: --all is given the three bugs and kv-sync, which runs."""
+    """The whole catalogue would take minutes: --all is given the four bugs and kv-sync, which runs."""
     p = _no_root("""
         import sys
         from sandbox import repro
         every = repro.registry()
         repro.registry = lambda: {s: every[s] for s in ("kv-sync", "master-addr-localhost", "local-rank-as-rank",
-                                                        "hostname-loopback")}
+                                                        "hostname-loopback", "node-failure")}
         sys.exit(repro.main(["--all"] + sys.argv[1:]))
     """)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -90,7 +90,7 @@ def test_without_root_repro_all_skips_them_with_the_sentence_and_judges_the_rest
                f": run as root, e.g. in a container." in lines, p.stdout
     assert sum("kv-sync" in line and "as documented" in line for line in lines) == 2, p.stdout
     assert lines[-1].startswith("2/2 variants as documented in ")
-    assert lines[-1].endswith("; 3 bugs skipped for want of simulated nodes"), lines[-1]
+    assert lines[-1].endswith("; 4 bugs skipped for want of simulated nodes"), lines[-1]
 
 
 def test_without_root_repro_all_json_marks_them_skipped():
@@ -268,7 +268,7 @@ def test_ranks_that_cannot_be_spread_over_the_nodes_are_one_sentence_and_exit_2(
 
 
 # ------------------------------------------------------------------------------------------------- docs and lab
-def test_the_three_bugs_share_one_lab_in_its_order_on_the_site():
+def test_the_four_bugs_share_one_lab_in_its_order_on_the_site():
     pytest.importorskip("yaml", reason="needs the optional package yaml (pip install -e '.[docs]')")
     sys.path.insert(0, os.path.join(ROOT, "docs"))
     import catalogue_pages  # docs/catalogue_pages.py

@@ -22,6 +22,12 @@ with a fresh torchrun agent, as a cluster scheduler would restart it.
 On GPUs (NCCL): not run here: simulated nodes run CPU ranks. On a real cluster the failure reaches the other nodes
 as an NCCL error or a watchdog timeout instead of a closed connection; the fix is the same.
 
+Simulated on 2 nodes: each node is a Linux network namespace with its own hostname (node0, node1), address and
+loopback, joined by a private bridge (sandbox/nodes.py; needs root), with the real torchrun agent on each
+(`--rdzv-backend c10d`, the rendezvous at node0:29400). The failure comes from outside, as a power cut would: SIGKILL
+to every process in node1's namespace, its agent and its workers, once rank 2 has entered its 8th traced call. A fresh
+agent then starts there, as a cluster's scheduler brings a machine back.
+
 Run: python -m sandbox.repro node-failure
     broken: CRASH [node_failure]: 4 ranks in 12.99 s
       Node1 died: killed when rank 2 (node1) entered its call 8, taking ranks 2 and 3 (node1) with it, and the
