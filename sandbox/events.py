@@ -1,5 +1,5 @@
-"""The trace format, and one rank's state built from it. No torch here: the parent and `sandbox.diagnose` read
-traces without importing it.
+"""The trace format: writing it and reading it back (one rank's state built from it is `sandbox.track`'s,
+re-exported here). No torch here: the parent and `sandbox.diagnose` read traces without importing it.
 
 A trace directory holds, per rank, `rank-<R>.jsonl` (events, one JSON object a line, appended with O_APPEND so
 lines from one rank never interleave) and `stack-<R>.txt` (a faulthandler dump, written when the rank is asked for
@@ -73,16 +73,13 @@ import re
 # the op table and what a call is: `sandbox.calls` decides; re-exported for the readers of tracks
 from sandbox.calls import (COLLECTIVES, MATCH_FIELDS, RECVS, SENDS, UNEVEN, is_collective, op_of,  # noqa: F401
                            p2p_direction, p2p_ops)
+# one rank's state, built from these events: `sandbox.track`'s; re-exported, as every reader of traces takes it here
+from sandbox.track import RankTrack
 
 FORMAT = "dist-sandbox-trace"
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
 TRACE_FILE = re.compile(r"rank-(\d+)\.jsonl")
-
-P2P_WINDOW = 256  # a rank remembers the order of about its last P2P_WINDOW point-to-point ops
-BUCKET_WINDOW = 4096  # a rank remembers the collectives of its last BUCKET_WINDOW sequence numbers per group
-MAX_NOTES = 10_000  # per rank: a lab's rule reads a few; a note in a hot loop must not fill the parent's memory
-MAX_EVENTS = 200_000  # per rank: a long job keeps its most recent calls, not all of them
 
 
 class FormatError(ValueError):
@@ -236,145 +233,3 @@ class Tail:
         if self.f is not None:
             self.f.close()
             self.f = None
-
-
-# ----------------------------------------------------------------------------------------------- one rank's state
-
-class RankTrack:
-    """One rank's state, built from its trace events by `feed` (the only writer of the trace-derived fields).
-
-    The process facts (`pid`, `exit_code`, `exit_t`, `ended_by_sandbox`) are set by the launcher of a live run and
-    stay None/False offline; `stack` is read from the stack file. Outcomes are not stored here: the judge
-    (`sandbox.policy.judge`) derives them.
-    """
-
-    def __init__(self, rank: int):
-        self.rank = rank
-        self.events: list[dict] = []
-        self.open: dict[int, dict] = {}        # call id -> enter event, for calls that have not finished
-        self.inflight: set[int] = set()        # of those, calls that returned to Python but run on the GPU
-        self.posted: dict = {}                 # async ops started but not yet waited on
-        self.hello: dict | None = None
-        self.end: dict | None = None
-        self.inits: list[dict] = []
-        self.new_groups: list[dict] = []
-        self.by_bucket: dict[tuple, dict] = {}  # (gname, seq) -> enter event of that collective
-        self.passed: dict[tuple, bool] = {}      # (gname, seq) -> that collective returned without an error
-        self.failed_call: dict | None = None     # the distributed call that raised, if one did
-        self.failed_with: str | None = None      # what it raised (the exit event's error), even if the rank was
-                                                 # ended before its own error record was written
-        self.pid: int | None = None
-        self.exit_code: int | None = None
-        self.exit_t: float | None = None
-        self.ended_by_sandbox = False
-        self.stack: str | None = None
-        # for the contract checks on a run that is over (sandbox.contracts)
-        self.p2p_done: dict[tuple, int] = {}     # (direction, peer, tag) -> point-to-point calls that returned
-        self.p2p_site: dict[tuple, str] = {}     # (direction, peer) -> the first such call's site
-        self.destroyed = False                   # destroy_process_group returned after the last init
-        self.object_devices: list[dict] = []     # object collectives whose objects held tensors: call, sent, got
-        self.ddp: list[dict] = []                # the `ddp` events: DistributedDataParallel constructions
-        self.notes: list[dict] = []              # the `note` events' fields: facts the rank's code recorded
-        # recent point-to-point ops in the order this rank posted them: (direction, peer, tag, number, entered,
-        # blocking, site), `number` counting the ops of that (direction, peer, tag) from the start: the n-th send
-        # from a to b with a tag is matched by b's n-th recv from a with that tag
-        self.p2p_posted: list[tuple] = []
-        self._p2p_count: dict[tuple, int] = {}
-
-    def feed(self, ev: dict) -> None:
-        self.events.append(ev)
-        if len(self.events) > MAX_EVENTS:
-            del self.events[:MAX_EVENTS // 2]
-        kind = ev.get("ev")
-        if kind == "enter":
-            self.open[ev["id"]] = ev
-            op = ev["op"]
-            if op == "init_process_group":
-                self.inits.append(ev)
-            elif op == "new_group":
-                self.new_groups.append(ev)
-            elif is_collective(ev) and op != "wait" and "seq" in ev:
-                key = (ev.get("gname"), ev["seq"])
-                self.by_bucket[key] = ev
-                if isinstance(ev["seq"], int):  # only recent calls matter
-                    old = (ev.get("gname"), ev["seq"] - BUCKET_WINDOW)
-                    self.by_bucket.pop(old, None)
-                    self.passed.pop(old, None)
-            elif op == "wait":
-                self.posted.pop(ev.get("of_id"), None)
-                self.posted.pop((ev.get("of_id"), ev.get("of_idx")), None)
-            for direction, peer, tag in p2p_ops(ev):
-                if peer is not None:
-                    self._note_posted(direction, peer, tag, ev)
-        elif kind == "exit" and ev.get("inflight"):
-            if ev.get("id") in self.open:  # returned to Python, still running on the GPU: still pending
-                self.inflight.add(ev["id"])
-        elif kind == "done":
-            self._returned(ev, self.open.pop(ev.get("id"), None))
-        elif kind == "exit":
-            start = self.open.pop(ev.get("id"), None)
-            self._returned(ev, start)
-            if start is not None and ev.get("got_devices") and len(self.object_devices) < 1000:
-                self.object_devices.append({"call": start, "sent": ev.get("sent_devices") or [],
-                                            "got": ev["got_devices"]})
-            if start is not None:
-                if ev.get("error"):
-                    self.failed_call, self.failed_with = start, ev["error"]
-                elif start.get("async") and start["op"] != "wait":
-                    if start["op"] == "batch_isend_irecv":
-                        for i, p in enumerate(start.get("p2p", [])):
-                            self.posted[(start["id"], i)] = {**start, "op": p["op"], "peer": p["peer"]}
-                    else:
-                        self.posted[start["id"]] = start
-        elif kind == "hello":
-            self.hello = ev
-        elif kind == "note" and len(self.notes) < MAX_NOTES:
-            self.notes.append(ev.get("fields") or {})
-        elif kind == "ddp" and len(self.ddp) < 100:
-            self.ddp.append(ev)
-        elif kind == "end":
-            self.end = ev
-
-    def _note_posted(self, direction: str, peer: int, tag: int, ev: dict) -> None:
-        n = self._p2p_count[(direction, peer, tag)] = self._p2p_count.get((direction, peer, tag), 0) + 1
-        if len(self.p2p_posted) >= 2 * P2P_WINDOW:
-            del self.p2p_posted[:P2P_WINDOW]
-        blocking = not ev.get("async") and ev["op"] != "batch_isend_irecv"
-        self.p2p_posted.append((direction, peer, tag, n, ev.get("t", 0), blocking, ev.get("site")))
-
-    def _returned(self, ev: dict, start: dict | None) -> None:
-        if start is None:
-            return
-        self.inflight.discard(start["id"])
-        if not ev.get("error"):
-            op = start["op"]
-            if op in ("init_process_group", "destroy_process_group"):
-                self.destroyed = op == "destroy_process_group"
-            for direction, peer, tag in p2p_ops(start):
-                self.p2p_done[(direction, peer, tag)] = self.p2p_done.get((direction, peer, tag), 0) + 1
-                self.p2p_site.setdefault((direction, peer), start.get("site") or "?")
-        if is_collective(start) and start["op"] != "wait" and "seq" in start:
-            self.passed[(start.get("gname"), start["seq"])] = not ev.get("error")
-
-    @property
-    def pending(self) -> dict | None:
-        """The distributed call this rank is inside now (the innermost one), or None."""
-        if not self.open:
-            return None
-        return self.open[max(self.open)]
-
-    @property
-    def error(self) -> dict | None:
-        """The error the rank's own code raised (from its `end` event), or None."""
-        if self.end is not None and self.end.get("outcome") == "error":
-            return self.end.get("error")
-        return None
-
-    @property
-    def finished(self) -> bool:
-        """Done with its own code. A rank the sandbox ended is judged as it was when it was ended: not finished."""
-        if self.ended_by_sandbox:
-            return False
-        if self.pid is not None:  # a live run: the process may still run atexit handlers after its "end"
-            return self.exit_code is not None
-        return self.exit_code is not None or self.end is not None

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from sandbox import lab  # noqa: E402
 from sandbox.course import data_parallel as dp  # noqa: E402
+from sandbox.course import dp_timing  # noqa: E402
 from sandbox.course import sharding as sh  # noqa: E402
 
 
@@ -105,12 +106,12 @@ def test_buckets_started_out_of_order_mismatch(clean):
 
 
 def test_the_timing_table_and_the_overlap_lines_read_a_real_run(clean):
-    c = _check(dp.bench)
+    c = _check(dp_timing.bench)
     assert c.ok, c
-    table = dp.timings(c.result)
+    table = dp_timing.timings(c.result)
     for name, calls in (("naive", 14), ("buckets", 6), ("DDP", 6)):
         assert any(line.split()[0] == name and line.split()[-1] == str(calls) for line in table.splitlines()), table
-    o = _check(dp.overlap)
+    o = _check(dp_timing.overlap)
     assert o.ok, o
     for r in o.result.ranks:  # every bucket's last gradient lands inside backward: each starts there
         assert len(r.value["started"]) == 6 and all(s <= r.value["backward"] for s in r.value["started"]), r.value

@@ -86,8 +86,8 @@ def test_the_cycle_finder_finds_a_cycle():
 # longest listed prefix (`sandbox.trace` holds `sandbox.trace.ops`); every module must be placed.
 LAYERS = [
     ("foundations: torch-free facts and plumbing",
-     ["sandbox._paths", "sandbox.defaults", "sandbox.calls", "sandbox.events", "sandbox.flight", "sandbox.flight_offline",
-      "sandbox._proc", "sandbox.channel", "sandbox.netns", "sandbox.nodes"]),
+     ["sandbox._paths", "sandbox.defaults", "sandbox.calls", "sandbox.track", "sandbox.events", "sandbox.flight",
+      "sandbox.flight_offline", "sandbox._proc", "sandbox.channel", "sandbox.netns", "sandbox.nodes"]),
     ("words and the one judge: torch-free", ["sandbox.words", "sandbox.branches", "sandbox.result", "sandbox.diagnose",
                                              "sandbox.faults",
                                              "sandbox.contracts", "sandbox.policy"]),
@@ -155,8 +155,8 @@ def test_an_upward_import_is_caught(tmp_path):
 
 def test_the_trace_reader_and_the_judge_do_not_import_torch():
     g = _graph()
-    torch_free = ["sandbox.defaults", "sandbox.events", "sandbox.words", "sandbox.result", "sandbox.diagnose", "sandbox.policy",
-                  "sandbox.channel", "sandbox.launcher", "sandbox.bugs"]
+    torch_free = ["sandbox.defaults", "sandbox.events", "sandbox.track", "sandbox.words", "sandbox.result",
+                  "sandbox.diagnose", "sandbox.policy", "sandbox.channel", "sandbox.launcher", "sandbox.bugs"]
     for mod in torch_free:
         assert mod in g, f"{mod} is gone: update this list"
         seen, todo = set(), [mod]
