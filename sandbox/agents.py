@@ -8,11 +8,15 @@ node0:29400 ... -m sandbox.trace --trace-dir DIR script.py`, so rendezvous, rank
 membership changes are torchrun's own. The sandbox does what a person at the cluster would: it watches the traces
 the workers write (the hang rule is the same as for its own launcher), injects faults from outside the nodes, and
 tears everything down. A node killed here comes back at once with a fresh agent, as a cluster scheduler restarts a
-machine's job: whether the job goes on is torchrun's decision (`--max-restarts`).
+machine's job: whether the job goes on is torchrun's decision. Workers that failed use up one of `--max-restarts`;
+a healthy group is also restarted, without counting, when a node waits to join (torchrun's membership change,
+elastic/agent/server/api.py), which the new agent would trigger if the other nodes' workers had not failed first.
 
-The verdict is the one `python -m sandbox.diagnose DIR` gives the last attempt's traces; a worker restarted by
-torchrun moves its earlier attempt's trace to DIR/attempts/ (`sandbox.trace`), and the report says what was
-injected, which node died, and how often torchrun restarted the workers.
+The verdict is judged from the last attempt's traces as `python -m sandbox.diagnose DIR` judges them, with the one
+fact only the launcher has: the workers it killed with their node crashed (from their files alone, one killed inside
+a collective looks hung). A worker restarted by torchrun moves its earlier attempt's trace to DIR/attempts/
+(`sandbox.trace`), and the report says what was injected, which node died, and how often torchrun restarted the
+workers after a failure.
 """
 from __future__ import annotations
 
