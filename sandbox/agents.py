@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from sandbox import defaults, events, faults as faultlib, flight, netns, nodes, policy
+from sandbox import defaults, events, faults as faultlib, flight, flight_view, netns, nodes, policy
 from sandbox._run import options
 from sandbox._run.assemble import on_nodes
 from sandbox._run.options import Interrupted, UsageError
@@ -76,6 +76,8 @@ class AgentsRun:
         self.cluster: nodes.Cluster | None = None
         self.agents: dict[int, subprocess.Popen] = {}
         self.held: list[int] = []
+        self.traces = events.DirTail(self.dir)  # what the watch reads as the workers write it
+        self.dumps: tuple[list, dict] = ([], {})  # the Flight Recorder dumps last read, and their files' stamps
         self.stopped_for: str | None = None
         self.detect_s: float | None = None
 
@@ -136,14 +138,20 @@ class AgentsRun:
         return res
 
     def _tracks(self, watching: bool = False) -> dict:
-        """The workers' tracks from their traces, merged with their Flight Recorder dumps (`watching`: as the hang
-        rule must see them, `watched`)."""
+        """The workers' tracks from their traces, merged with their Flight Recorder dumps. `watching`: read as the
+        run goes (only what was appended since the last look, dumps only when one changed), and as the hang rule
+        must see them (`watched`); else read whole, with the stacks, for the report."""
         if not os.path.exists(os.path.join(self.dir, events.META_FILE)):
             return {}
-        tracks = policy.fill_missing(events.load_dir(self.dir))
-        dumps = flight.read_run(self.dir)
-        tracks = flight.merge(tracks, dumps) if dumps else tracks
-        return watched(tracks, netns.alive) if watching else tracks
+        if not watching:
+            tracks = policy.fill_missing(events.load_dir(self.dir))
+            dumps = flight.read_run(self.dir)
+            return flight_view.merge(tracks, dumps) if dumps else tracks
+        tracks = policy.fill_missing(self.traces.tracks())
+        stamp = _stamps(self.dir, flight.RUN_FILE)
+        if stamp != self.dumps[0]:
+            self.dumps = (stamp, flight.read_run(self.dir))
+        return watched(flight_view.merge(tracks, self.dumps[1]) if self.dumps[1] else tracks, netns.alive)
 
     def _ask_flight(self, tracks: dict) -> None:
         """SIGUSR2 to every live worker whose recorder is armed: it dumps what its process groups did, the calls
@@ -228,6 +236,7 @@ class AgentsRun:
             self._reap_agent(i)
 
     def _teardown(self) -> None:
+        self.traces.close()
         for i, a in self.agents.items():
             if a.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -312,6 +321,16 @@ def killed_crashed(tracks: dict, pids: list[int]) -> dict:
         if t.hello and t.hello.get("pid") in pids and t.end is None:
             t.pid, t.exit_code = t.hello["pid"], -signal.SIGKILL
     return tracks
+
+
+def _stamps(directory: str, pattern) -> list[tuple[str, int]]:
+    """(name, mtime) of the files in directory whose names match: whether any changed since the last look."""
+    out = []
+    for name in sorted(os.listdir(directory)):
+        if pattern.fullmatch(name):
+            with contextlib.suppress(FileNotFoundError):  # moved away meanwhile (a restarted worker's earlier dump)
+                out.append((name, os.stat(os.path.join(directory, name)).st_mtime_ns))
+    return out
 
 
 def _with_host(rr: RankResult, host: str) -> RankResult:

@@ -43,7 +43,7 @@ Events (every one has "ev", "rank" and "t", seconds since the epoch):
     `MASTER_ADDR`, `MASTER_PORT`, `device_id`, `timeout_s`. `new_group`: `ranks` (or "all"), `index` (this rank's
     count of new_group calls), `local_sync` when made with use_local_synchronization.
   - Calls the Flight Recorder saw and the tracer did not (DDP's gradient all_reduce, made in C++) are added to a
-    rank's track when a run is judged (`sandbox.flight.merge`; they are not written to the trace file): `enter`
+    rank's track when a run is judged (`sandbox.flight_view.merge`; they are not written to the trace file): `enter`
     events with `"lens": "flight"`, an `id` above 10**9, `via` (the framework call they were made under, e.g.
     "backward()"), and `coll` where the op has no public function. In a group where such calls exist, `seq` is then
     the backend's sequence number for every call, and a traced call keeps its own count as `pyseq`.
@@ -233,3 +233,45 @@ class Tail:
         if self.f is not None:
             self.f.close()
             self.f = None
+
+
+class DirTail:
+    """Every rank's track of a trace directory that ranks are still writing, kept up to date by reading only the
+    lines appended since the last look (`load_dir` reads everything again: a long run's watcher would spend its
+    time parsing). A rank's file that was replaced (torchrun restarted the workers, and each moved its earlier
+    attempt away) is read from its start into a fresh track; one that is gone is dropped."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.files: dict[int, tuple[int, Tail, RankTrack]] = {}  # rank -> (inode, its tail, its track)
+
+    def tracks(self) -> dict[int, RankTrack]:
+        """The tracks now, rank by rank (a new dict each time; the tracks themselves are kept and fed)."""
+        seen = set()
+        for name in os.listdir(self.path):
+            m = TRACE_FILE.fullmatch(name)
+            if not m:
+                continue
+            rank, full = int(m.group(1)), os.path.join(self.path, name)
+            try:
+                inode = os.stat(full).st_ino
+            except FileNotFoundError:  # moved away between the listing and now: as if not there yet
+                continue
+            seen.add(rank)
+            known = self.files.get(rank)
+            if known is None or known[0] != inode:
+                if known is not None:
+                    known[1].close()
+                known = self.files[rank] = (inode, Tail(full), RankTrack(rank))
+            for line in known[1].lines():
+                ev = parse(line)
+                if ev is not None:  # a torn line of a killed rank, or junk, is skipped
+                    known[2].feed(ev)
+        for rank in set(self.files) - seen:
+            self.files.pop(rank)[1].close()
+        return {r: f[2] for r, f in sorted(self.files.items())}
+
+    def close(self) -> None:
+        for _, tail, _ in self.files.values():
+            tail.close()
+        self.files.clear()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from sandbox import flight
+from sandbox import flight, flight_view
 from sandbox.events import RankTrack
 
 
@@ -35,14 +35,14 @@ def tracks_from_dumps(dumps: dict[int, dict]) -> dict[int, RankTrack]:
         for c in cs:
             members.setdefault(c["gname"], set()).add(r)
     members = {g: (world if g == "0" else sorted(rs)) for g, rs in members.items()}
-    reached = flight.reached_by(fr)
+    reached = flight_view.reached_by(fr)
     tracks = {}
     for r, cs in fr.items():
         t = RankTrack(r)
         t.feed({"ev": "hello", "rank": r, "t": cs[0]["t"] if cs else 0, "world_size": len(world), "lens": "flight"})
         evs = []
         for c in cs:
-            ev = flight.call_event(c, r, members.get(c["gname"]) if not c["p2p"] else None)
+            ev = flight_view.call_event(c, r, members.get(c["gname"]) if not c["p2p"] else None)
             if c["p2p"]:
                 ev["op"] = {"send": "send", "recv": "recv"}.get(c["op"], c["op"])
             evs.append(ev)

@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 from conftest import ROOT, leftovers, run_cli
-from sandbox import flight, flight_offline, policy
+from sandbox import flight, flight_offline, flight_view, policy
 from sandbox.events import load_dir
 from sandbox.launcher import launch, run_script
 
@@ -231,7 +231,7 @@ def _merged(traces):
     tracks = policy.fill_missing(load_dir(traces))
     dumps = flight.read_run(traces)
     assert sorted(dumps) == [0, 1]
-    return tracks, dumps, flight.merge(tracks, dumps)
+    return tracks, dumps, flight_view.merge(tracks, dumps)
 
 
 def test_merge_keeps_the_tracers_call_and_gives_it_the_backends_number(mixed):

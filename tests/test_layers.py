@@ -87,7 +87,7 @@ def test_the_cycle_finder_finds_a_cycle():
 LAYERS = [
     ("foundations: torch-free facts and plumbing",
      ["sandbox._paths", "sandbox.defaults", "sandbox.calls", "sandbox.track", "sandbox.events", "sandbox.flight",
-      "sandbox.flight_offline", "sandbox._proc", "sandbox.channel", "sandbox.netns", "sandbox.nodes"]),
+      "sandbox.flight_view", "sandbox.flight_offline", "sandbox._proc", "sandbox.channel", "sandbox.netns", "sandbox.nodes"]),
     ("words and the one judge: torch-free", ["sandbox.words", "sandbox.branches", "sandbox.result", "sandbox.diagnose",
                                              "sandbox.faults",
                                              "sandbox.contracts", "sandbox.policy"]),

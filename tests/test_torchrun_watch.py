@@ -97,3 +97,40 @@ def test_a_kept_trace_dir_starts_without_the_earlier_runs_torchrun_files(tmp_pat
     options.trace_dir(str(tmp_path))
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == \
         ["attempts-old", "attempts-old/keep.txt", "notes.txt"]
+
+
+def test_the_watch_reads_what_was_appended_and_a_restarted_ranks_file_afresh(tmp_path):
+    """`events.DirTail`: the torchrun launcher's watch reads each trace as it grows (reading it whole at every look
+    made a long run's watcher take a core from the workers); a file moved away by a restarted worker and written
+    again is a new attempt, read from its start; a file gone is a rank not there yet."""
+    import json
+    import os
+
+    from sandbox import events
+
+    def write(rank, *evs, mode="a"):
+        with open(tmp_path / f"rank-{rank}.jsonl", mode) as f:
+            f.writelines(json.dumps({"rank": rank, "t": 1.0, **e}) + "\n" for e in evs)
+
+    hello = {"ev": "hello", "world_size": 2, "pid": 1}
+    write(0, hello, {"ev": "enter", "id": 1, "op": "barrier"})
+    write(1, hello)
+    tail = events.DirTail(str(tmp_path))
+    first = tail.tracks()
+    assert first[0].pending["op"] == "barrier" and first[1].pending is None
+    write(0, {"ev": "exit", "id": 1})
+    with open(tmp_path / "rank-1.jsonl", "a") as f:
+        f.write('{"ev": "enter", "rank": 1, "id": 1, "t": 1.0, "op": "bar')  # a line still being written
+    now = tail.tracks()
+    assert now[0] is first[0] and now[0].pending is None and len(now[0].events) == 3  # fed, not read again
+    assert now[1].pending is None
+    with open(tmp_path / "rank-1.jsonl", "a") as f:
+        f.write('rier"}\n')
+    assert tail.tracks()[1].pending["op"] == "barrier"
+    os.makedirs(tmp_path / "attempts" / "0")
+    os.replace(tmp_path / "rank-0.jsonl", tmp_path / "attempts" / "0" / "rank-0.jsonl")  # torchrun restarted it
+    assert sorted(tail.tracks()) == [1]
+    write(0, dict(hello, pid=2), mode="w")
+    again = tail.tracks()[0]
+    assert again is not first[0] and again.hello["pid"] == 2 and len(again.events) == 1
+    tail.close()

@@ -11,7 +11,7 @@ import time
 
 import dataclasses
 
-from sandbox import events, faults, flight, policy
+from sandbox import events, faults, flight, flight_view, policy
 from sandbox.events import RankTrack
 
 log = logging.getLogger("sandbox.launcher")
@@ -85,9 +85,9 @@ class Watching:
 
     def _view(self) -> dict[int, RankTrack]:
         """The tracks as the judge sees them: the tracer's, merged with what the ranks' Flight Recorders saw
-        (`sandbox.flight.merge`: the collectives made in C++, by DDP's reducer and the like)."""
+        (`sandbox.flight_view.merge`: the collectives made in C++, by DDP's reducer and the like)."""
         dumps = flight.read_run(self.dir)
-        return flight.merge(self.tracks, dumps) if dumps else self.tracks
+        return flight_view.merge(self.tracks, dumps) if dumps else self.tracks
 
     def _ask_flight(self, live: list[RankTrack], wait: float = FLIGHT_WAIT_S) -> None:
         """SIGUSR2 to every live rank: its recorder thread dumps the recorder (`sandbox.trace.recorder`), even while

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from sandbox import flight, flight_offline, policy, words
+from sandbox import flight, flight_offline, flight_view, policy, words
 from sandbox.events import TRACE_FILE, FormatError, load_dir
 from sandbox.result import Diagnosis, RankResult, RunResult
 
@@ -27,7 +27,7 @@ def load_result(trace_dir: str, prefix: str = flight.PREFIX) -> RunResult:
     if any(TRACE_FILE.fullmatch(n) for n in os.listdir(trace_dir)):
         tracks = policy.fill_missing(load_dir(trace_dir))
         dumps = flight.read_run(trace_dir)
-        tracks = flight.merge(tracks, dumps) if dumps else tracks
+        tracks = flight_view.merge(tracks, dumps) if dumps else tracks
         absent = []
     else:
         dumps = {r: flight.load(p) for r, p in flight.find(trace_dir, prefix).items()}

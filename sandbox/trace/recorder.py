@@ -49,7 +49,7 @@ def _snapshot():
 
     c10d = torch._C._distributed_c10d
     # without the Python frames: turning them into text imports torch._inductor (seconds, the first time); the
-    # tracer's own calls and the rank's stack and traceback give the user's lines (`sandbox.flight.merge`)
+    # tracer's own calls and the rank's stack and traceback give the user's lines (`sandbox.flight_view.merge`)
     raw = c10d._dump_fr_trace(includeStackTraces=False)
     if torch.cuda.is_available() and hasattr(c10d, "_dump_nccl_trace"):
         # NCCL keeps a recorder of its own (its entries carry CUDA events), which the generic dump leaves out
