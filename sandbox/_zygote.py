@@ -13,40 +13,22 @@ runs: for each it forks a child that becomes that run's zygote, in its own proce
 fork instead of an import, and runs share nothing (fresh ranks, fresh store, the user's modules imported after the
 fork). It dies with its launcher, and its runs die with it.
 
-What training scripts import lazily can be imported here once, before the fork (`PRELOAD`), rather than by every rank
-on its own: measured with `python -X importtime` on a DDP script (a tiny model, SGD or Adam, a DataLoader with a
-DistributedSampler, backward, step, torch.save), after `import torch, torch.distributed` the script imported 832
-modules in 1.35 s, 829 of them (1.29 s) under `torch._dynamo`, which the first `DistributedDataParallel(...)` and the
-first `optimizer.step()` import; the other three (the DataLoader's and torch.save's) cost nothing to speak of.
-Importing it starts no thread (tests/test_startup.py holds both facts).
-
-It is on unless SANDBOX_PRELOAD=0. With `torch._dynamo` imported before the fork, about half of the 4-rank runs of
-that DDP script once hung as the script's globals were freed (runpy dropped them when the script returned): DDP's
-Reducer dropped the last reference to the gloo group, whose destructor joins its worker thread holding the GIL,
-while that thread was freeing the last all_reduce of the backward pass, whose captured state holds a Python object
-and so needs the GIL. A plain parent that imports `torch._dynamo`, forks 4 processes and runs the script in each
-with runpy hung the same way (4 times in 12; 0 in 12 without the import): it is torch's and the fork's. A rank now
-keeps its script's globals until it exits (`sandbox.rank`), as a program keeps them until its interpreter ends, and
-ends with os._exit: 0 hangs in 22 runs with the preload (1 in 6 before). Functions sent to the ranks return before
-their group is destroyed and were not seen to hang (0 in 8). A run preloads when the code it runs mentions what
-imports PRELOAD (`NEEDS_PRELOAD`), so a trivial job never pays for it; a warm zygote once, when it is first idle, so
-every later run forks with it in place.
+What training scripts import lazily (`torch._dynamo`) is imported here once, before the fork, when the run's code
+needs it, rather than by every rank on its own: `sandbox.preload` says what, when, and why.
 """
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.machinery
 import json
 import os
 import pickle
-import re
 import select
 import shutil
 import signal
 import socket
 import sys
 
+from sandbox import preload
 from sandbox._proc import EARLY_EXIT, die_with_parent, report_failure
 from sandbox.nodes import Node
 
@@ -54,13 +36,6 @@ PROTO_FD = 1  # the pipe (or socket) to the parent; moved off fd 1 so stray prin
 ORPHAN_CHECK_S = 0.25  # how often a zygote waiting for its ranks checks that its launcher is still alive
 WARM_CHILDREN: set[int] = set()  # a warm zygote's live runs (each one the leader of its own process group)
 RANKS: dict[int, int] = {}  # a run's zygote: pid -> rank of the ranks it forked and has not reaped
-PRELOAD = ("torch._dynamo",)  # imported lazily by DDP's constructor and the first optimizer step (see above)
-# what, in the code a run runs, leads to PRELOAD: an optimizer, DDP or FSDP, torch.compile, dynamo itself
-PRELOAD_ENV = "SANDBOX_PRELOAD"  # "0": never preload (to measure without it, or to rule it out)
-NEEDS_PRELOAD = re.compile(rb"\boptim\b|DistributedDataParallel|FullyShardedDataParallel|fully_shard|torch\.compile"
-                           rb"|_dynamo")
-
-
 def say(**msg) -> None:
     os.write(PROTO_FD, (json.dumps(msg) + "\n").encode())
 
@@ -119,67 +94,6 @@ def main() -> None:
         run(os.environ["SANDBOX_SPEC"], parent)
 
 
-# ----------------------------------------------------------------------------------------------- the preload
-
-def preloaded() -> bool:
-    return all(m in sys.modules for m in PRELOAD)
-
-
-def wanted() -> bool:
-    """Is the preload wanted (yes unless SANDBOX_PRELOAD=0 in this zygote's environment, i.e. its run's)?"""
-    return os.environ.get(PRELOAD_ENV, "1") != "0"
-
-
-def preload() -> None:
-    with _signals_to_main_thread():  # as for torch: a thread started inside must leave SIGTERM to the main thread
-        for name in PRELOAD:
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001  only a head start: a rank that needs it imports it, and reports why not
-                pass
-
-
-def _module_file(name: str) -> str | None:
-    """The source file of module `name`, found without importing it or its packages (their code must not run
-    before the fork)."""
-    path, spec, parts = None, None, name.split(".")
-    for i in range(len(parts)):
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]), path)
-        if spec is None:
-            return None
-        path = spec.submodule_search_locations
-    return spec.origin if spec is not None and spec.has_location else None
-
-
-def needs_preload(target: dict, modules=()) -> bool:
-    """Does the code this run runs mention what imports PRELOAD? Read from the script's or module's source, or the
-    bytes of a function sent by value (cloudpickle keeps the names it refers to), and from the source of the
-    modules the run asks to import before the fork (a catalogue run's target is a small runner; its bug module is
-    the code); a file that cannot be read is read as no (its run imports what it needs itself, as without a
-    preload)."""
-    if target.get("fn_bytes") and NEEDS_PRELOAD.search(target["fn_bytes"]):
-        return True
-    names = list(modules)
-    path = target.get("path")
-    if path is None and not target.get("fn_bytes"):
-        names.insert(0, target["name"] if target["kind"] == "module" else target["module"])
-    paths = [path] if path else []
-    for name in names:
-        try:
-            paths.append(_module_file(name))
-        except (ImportError, ValueError):  # a malformed name: the run reports it itself
-            continue
-    return any(_mentions_preload(p) for p in paths)
-
-
-def _mentions_preload(path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return bool(NEEDS_PRELOAD.search(f.read()))
-    except (OSError, TypeError):  # no source to read (a built-in or compiled module, a vanished file)
-        return False
-
-
 # ----------------------------------------------------------------------------------------------- a warm zygote
 
 def _end_warm(signum=None, frame=None) -> None:
@@ -200,8 +114,11 @@ def serve(control: socket.socket) -> None:
     group. Closing the control socket ends the warm zygote and every run it started."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # runs are reaped by the kernel: no zombies to collect
     while True:
-        if wanted() and not preloaded() and not select.select([control], [], [], 0)[0]:
-            preload()  # idle (the first run, asked for at start, is already forked): later runs fork with it in place
+        if preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
+            # idle (the first run, asked for at start, is already forked): later runs fork with it in place; as for
+            # torch, a thread started inside must leave SIGTERM to the main thread
+            with _signals_to_main_thread():
+                preload.run()
         try:
             msg, fds, _, _ = socket.recv_fds(control, 65536, 4)
         except InterruptedError:  # a signal; recv_fds is retried
@@ -279,9 +196,10 @@ def run(spec_path: str, parent: int) -> None:
             say(fatal=f"--gpu needs one GPU per rank: {spec['world_size']} ranks, {info['gpus']} GPU(s) visible.",
                 usage=True)
             return
-    if wanted() and not preloaded() and needs_preload(spec["target"], spec.get("preload") or ()):
-        preload()
-    info["preloaded"] = [m for m in PRELOAD if m in sys.modules]
+    if preload.wanted() and not preload.done() and preload.needed(spec["target"], spec.get("preload") or ()):
+        with _signals_to_main_thread():  # as for torch: a thread started inside must leave SIGTERM to main
+            preload.run()
+    info["preloaded"] = [m for m in preload.PRELOAD if m in sys.modules]
     try:
         rank_mod.prepare(spec)  # import the user's module once, before the fork, so ranks share it
     except BaseException as e:  # noqa: BLE001  reported to the parent as the run's failure

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from conftest import ROOT, run_cli
-from sandbox import _zygote as zygote
+from sandbox import preload
 
 # the DDP script benchmarks/core.py times (a tiny model, an optimizer, a DataLoader with a DistributedSampler,
 # backward, step, torch.save of a state_dict), saying first whether the preload is in place
@@ -31,10 +31,10 @@ assert "PRELOADED" in DDP_SCRIPT, "benchmarks/core.py's DDP_JOB no longer starts
 MEASURE = textwrap.dedent("""\
     import json, os, runpy, socket, sys, threading
     import torch, torch.distributed
-    from sandbox import _zygote
+    from sandbox import preload
     tasks = len(os.listdir("/proc/self/task"))
     if sys.argv[2] == "preload":
-        _zygote.preload()
+        preload.run()
     after_preload = {"threads": threading.active_count(), "tasks": len(os.listdir("/proc/self/task")),
                      "tasks_before": tasks}
     before = set(sys.modules)
@@ -65,7 +65,7 @@ def test_the_preload_is_what_a_training_script_imports_lazily(tmp_path):
     assert "torch._dynamo" in cold["imported"]
     assert len(cold["imported"]) > 300, cold["imported"]
     warm = _measure(tmp_path, "preload")
-    assert not set(zygote.PRELOAD) & set(warm["imported"])
+    assert not set(preload.PRELOAD) & set(warm["imported"])
     assert len(warm["imported"]) <= 0.05 * len(cold["imported"]), warm["imported"]
     # forking after the preload is as safe as after `import torch`: it started no thread
     assert warm["threads"] == 1
@@ -134,8 +134,8 @@ def test_a_job_that_needs_no_preload_does_not_pay_for_it(tmp_path, clean):
 def test_what_needs_the_preload(tmp_path, source, needs):
     script = tmp_path / "job.py"
     script.write_bytes(source)
-    assert zygote.needs_preload({"kind": "script", "path": str(script)}) is needs
-    assert zygote.needs_preload({"kind": "func", "fn_bytes": pickle.dumps(source.decode())}) is needs
+    assert preload.needed({"kind": "script", "path": str(script)}) is needs
+    assert preload.needed({"kind": "func", "fn_bytes": pickle.dumps(source.decode())}) is needs
 
 
 def test_a_modules_source_is_read_without_importing_it(tmp_path, monkeypatch):
@@ -144,10 +144,10 @@ def test_a_modules_source_is_read_without_importing_it(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("raise RuntimeError('imported before the fork')\n")
     (pkg / "train.py").write_text("import torch\nopt = torch.optim.SGD([], lr=1)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert zygote.needs_preload({"kind": "module", "name": "jobpkg.train"})
-    assert zygote.needs_preload({"kind": "func", "module": "jobpkg.train", "qualname": "f"})
-    assert not zygote.needs_preload({"kind": "module", "name": "jobpkg"})
-    assert not zygote.needs_preload({"kind": "module", "name": "no_such_module_anywhere"})
+    assert preload.needed({"kind": "module", "name": "jobpkg.train"})
+    assert preload.needed({"kind": "func", "module": "jobpkg.train", "qualname": "f"})
+    assert not preload.needed({"kind": "module", "name": "jobpkg"})
+    assert not preload.needed({"kind": "module", "name": "no_such_module_anywhere"})
     assert "jobpkg" not in sys.modules
 
 
@@ -155,6 +155,6 @@ def test_a_catalogue_run_reads_its_bug_module_for_the_preload():
     """A catalogue run's target is the small runner sandbox.bugs._entry; the code is its bug module, named in the
     run's preload list: a DDP bug preloads, a raw all_gather one does not."""
     runner = {"kind": "func", "module": "sandbox.bugs._entry", "qualname": "run"}
-    assert not zygote.needs_preload(runner)
-    assert zygote.needs_preload(runner, ["sandbox.bugs.ddp_uneven_inputs"])
-    assert not zygote.needs_preload(runner, ["sandbox.bugs.gather_uneven"])
+    assert not preload.needed(runner)
+    assert preload.needed(runner, ["sandbox.bugs.ddp_uneven_inputs"])
+    assert not preload.needed(runner, ["sandbox.bugs.gather_uneven"])

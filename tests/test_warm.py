@@ -59,13 +59,13 @@ def _has_preload():
 
 
 def test_a_warm_zygote_preloads_when_idle(clean, monkeypatch):
-    """Later runs fork with `_zygote.PRELOAD` in place, whatever they run: the warm zygote imported it while idle
+    """Later runs fork with `preload.PRELOAD` in place, whatever they run: the warm zygote imported it while idle
     (after forking the first run, which it was asked for as it started). The function goes by value and names the
     module in pieces, so nothing in it asks for the preload itself: the first run shows it."""
-    from sandbox import _zygote
+    from sandbox import preload
 
-    assert _zygote.PRELOAD == ("torch._dynamo",)
-    monkeypatch.setenv(_zygote.PRELOAD_ENV, "1")  # the warm zygote, started below, inherits it
+    assert preload.PRELOAD == ("torch._dynamo",)
+    monkeypatch.setenv(preload.PRELOAD_ENV, "1")  # the warm zygote, started below, inherits it
     warm.shutdown()  # one started earlier without it would not preload
     fn = lambda: _has_preload()  # noqa: E731  a lambda travels by value
     try:
