@@ -44,7 +44,6 @@ _CLONE_NEWNET, _CLONE_NEWUTS, _CLONE_NEWNS = 0x40000000, 0x04000000, 0x00020000
 _MS_BIND, _MS_REC, _MS_SLAVE, _MNT_DETACH = 0x1000, 0x4000, 1 << 19, 2
 
 
-@functools.cache  # loaded once in the parent, so a child between fork and exec only calls into it
 def _flock(fd: int, wait_s: float) -> None:
     """An exclusive flock on fd, waiting at most wait_s (its holders only pick a slot and add namespaces)."""
     deadline = time.monotonic() + wait_s
@@ -57,6 +56,7 @@ def _flock(fd: int, wait_s: float) -> None:
             time.sleep(0.05)
 
 
+@functools.cache  # loaded once in the parent, so a child between fork and exec only calls into it
 def _libc():
     return ctypes.CDLL(None, use_errno=True)
 

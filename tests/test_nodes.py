@@ -166,6 +166,26 @@ def test_two_clusters_at_once_do_not_collide(clean):
     assert nodes.leftovers(os.getpid()) == []
 
 
+def test_the_slot_lock_is_taken_every_time_and_waited_on_for_a_bounded_time(tmp_path):
+    """A cluster starting takes the machine's lock each time (a second cluster of the same process included) and
+    gives up after its wait in one sentence; libc is loaded once, before any fork, for the children's setns."""
+    import fcntl
+
+    assert nodes._libc() is nodes._libc()
+    first = os.open(tmp_path, os.O_RDONLY)
+    nodes._flock(first, 0.2)
+    os.close(first)  # released
+    holder = os.open(tmp_path, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another cluster picking its slot
+    again = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with pytest.raises(RuntimeError, match="another cluster held .* lock for 0.2 s"):
+            nodes._flock(again, 0.2)
+    finally:
+        os.close(again)
+        os.close(holder)
+
+
 def test_a_cluster_needs_at_least_one_node():
     with pytest.raises(ValueError, match="between 1 and 254"):
         nodes.Cluster(nnodes=0)
