@@ -6,6 +6,7 @@ did not get over it (`node_failure`). Torch-free; the nodes themselves are `sand
 """
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -49,16 +50,24 @@ def parse(kind: str, text: str) -> Fault:
                  for_s=float(m.group(5)) if m.group(5) else None)
 
 
+def _seconds(v, low: float, above: bool = False) -> bool:
+    """Is v a finite number of seconds, at least `low` (more than it, with `above`)?"""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return ok and (v > low if above else v >= low)
+
+
 def check(faults: list[Fault], nnodes: int, world: int) -> str | None:
     """One sentence if a fault is not one the run can inject (an unknown kind, no single time, a link-down with no
     duration) or names a node or rank the run does not have, else None."""
     for f in faults:
         if not isinstance(f, Fault) or f.kind not in KINDS:
             return f"a fault is Fault(kind=...) with kind one of {', '.join(KINDS)}, not {f!r}."
-        if (f.at_s is None) == (f.at_call is None) or (f.at_s is not None and f.at_s < 0) or (
+        if (f.at_s is None) == (f.at_call is None) or (f.at_s is not None and not _seconds(f.at_s, 0)) or (
                 f.at_call is not None and f.at_call[1] < 1):
             return f"a fault fires at_s=SECONDS (0 or more) or at_call=(RANK, CALL) (CALL from 1), one of them: {f!r}."
-        if (f.kind == "link-down") != (f.for_s is not None and f.for_s > 0):
+        # a kill has no duration at all, not even 0 s; a link-down lasts some time
+        lasts = _seconds(f.for_s, 0, above=True)
+        if (f.kind == "kill" and f.for_s is not None) or (f.kind == "link-down" and not lasts):
             return f"a link-down fault lasts for_s=SECONDS (more than 0), and only a link-down has a duration: {f!r}."
         if not 0 <= f.node < nnodes or (f.at_call and not 0 <= f.at_call[0] < world):
             named = f"node {f.node}" + (f" and rank {f.at_call[0]}" if f.at_call else "")

@@ -30,7 +30,7 @@ PURE = frozenset("int float bool str len abs min max round sum sorted tuple list
                  " log2 device dtype".split())
 # collectives after which every rank holds the same value in the tensor (or list) passed first
 SYNCS = frozenset("all_reduce broadcast all_gather all_gather_object broadcast_object_list all_gather_into_tensor"
-                  " all_reduce_coalesced".split())
+                  " all_gather_single all_gather_coalesced all_reduce_coalesced".split())
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith, ast.Match)
 ADVICE = ("A value that decides which collectives a rank calls must be the same on every rank: sync it first"
