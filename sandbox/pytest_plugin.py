@@ -155,6 +155,9 @@ def pytest_pyfunc_call(pyfuncitem):
     if res.verdict != "ok":  # the report's first line is its headline: "sandbox: HANG [...]", once
         pytest.fail(f"sandbox: {res.text(logs=True)}", pytrace=False)
     if strict and res.warnings:
+        from sandbox.report import text  # the headline says FAILED (strict: ...), as the command line's does
+
         pytest.fail(f"sandbox: the run finished but broke a contract ({len(res.warnings)} warning"
-                    f"{'s' if len(res.warnings) > 1 else ''})\n\n{res.text(logs=True)}", pytrace=False)
+                    f"{'s' if len(res.warnings) > 1 else ''})\n\n{text.render(res, logs=True, strict=True)}",
+                    pytrace=False)
     return True

@@ -203,13 +203,13 @@ def main(argv=None) -> int:
     if a.json:
         print(json.dumps(res.to_dict()))
         return code
-    report.print_result(res, logs=not live)
+    report.print_result(res, logs=not live, strict=a.strict)
     if a.stacks and stacks(res):
         print()
         print(stacks(res))
     if a.timeline and os.path.exists(a.timeline):
         print(f"timeline: {a.timeline}")
-    if strict_fail:  # the headline says OK: the last line says why the exit code is not 0
+    if strict_fail:  # the headline says FAILED (strict: ...); the last line says why the exit code is 1
         n = len(res.warnings)
         print()
         print(f"--strict: {n} contract warning{'s' if n != 1 else ''}, exit code 1")

@@ -88,7 +88,7 @@ def test_json_terminal_strict_and_offline_say_the_same(tmp_path, clean):
     p = run_cli("sandbox.run", "-n", "2", str(script))
     assert p.returncode == 0 and "Warning [not_destroyed]: Ranks 0 and 1 exited without destroying" in p.stdout
     p = run_cli("sandbox.run", "-n", "2", "--strict", str(script))
-    assert p.returncode == 1 and p.stdout.startswith("OK")
+    assert p.returncode == 1 and p.stdout.startswith("FAILED (strict: 1 contract warning): 2 ranks in")
     offline = load_result(str(tmp_path / "tr"))
     assert [x.to_dict() for x in offline.warnings] == [w]
 

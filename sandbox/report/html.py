@@ -59,7 +59,7 @@ def logs(rep: model.Report) -> str:
 
 def draw(rep: model.Report) -> str:
     """The whole report as one HTML fragment."""
-    head = f'<div style="font-size: 1.05em">{_span(rep.headline, model.verdict_colour(rep.verdict), True)}</div>'
+    head = f'<div style="font-size: 1.05em">{_span(rep.headline, rep.colour, True)}</div>'
     why = f'<div style="{_PROSE}">{escape(rep.diagnosis)}</div>' if rep.diagnosis else ""
     return (f'<div class="sandbox-result" style="{_BOX}">' + head + why + "".join(_broken(b) for b in rep.broken)
             + table(rep.rows) + logs(rep) + "</div>")

@@ -110,17 +110,32 @@ class Log:
 @dataclass(frozen=True, kw_only=True)
 class Report:
     verdict: str
-    ok: bool
+    ok: bool  # the command succeeds: the run's verdict is OK, and no --strict fails it
     headline: str
     diagnosis: str
     broken: tuple[Broken, ...]
     rows: tuple[Row, ...]
     logs: tuple[Log, ...]  # empty when the logs are not wanted (or no rank printed anything)
+    strict_failed: bool = False  # the run finished, but broke a contract, and strict makes that a failure
+
+    @property
+    def colour(self) -> str | None:
+        """The headline's colour: the verdict's, red where strict fails a run that finished."""
+        return RED if self.strict_failed else verdict_colour(self.verdict)
 
 
-def headline(res) -> str:
-    """'HANG [p2p_cycle]: 2 ranks in 1.31 s'."""
-    return res.headline()
+def strict_fails(res, strict: bool) -> bool:
+    """Does strict (`--strict`, `strict=True`, `--sandbox-strict`) fail this run: it finished, but broke a contract?"""
+    return bool(strict) and res.verdict == "ok" and bool(getattr(res, "warnings", ()))
+
+
+def headline(res, strict: bool = False) -> str:
+    """'HANG [p2p_cycle]: 2 ranks in 1.31 s'. A run that finished but broke a contract, under strict, fails: its
+    headline never says OK ('FAILED (strict: 1 contract warning): 2 ranks in 3.04 s')."""
+    if not strict_fails(res, strict):
+        return res.headline()
+    ranks_in = res.headline().partition(": ")[2]
+    return f"FAILED (strict: {plural(len(res.warnings), 'contract warning')}): {ranks_in}"
 
 
 def pending_words(r) -> str:
@@ -172,12 +187,14 @@ def broken_of(warnings) -> tuple[Broken, ...]:
                  for w, n, rs in warning_groups(warnings))
 
 
-def build(res, logs: bool = True, max_log_lines: int = MAX_LOG_LINES) -> Report:
-    """The report of a RunResult (or anything with its fields)."""
+def build(res, logs: bool = True, max_log_lines: int = MAX_LOG_LINES, strict: bool = False) -> Report:
+    """The report of a RunResult (or anything with its fields); `strict`: a contract warning fails the run."""
     several = len({r.host for r in res.ranks if r.host}) > 1  # one host: the table stays as it always was
     rows = tuple(Row(rank=r.rank, outcome=str(r.outcome), pending=pending_words(r), site=site(r),
                      node=r.host if several and r.host else "") for r in res.ranks)
     broken = broken_of(getattr(res, "warnings", ()))
     shown = tuple(log_of(r.rank, r.output, max_log_lines) for r in res.ranks if r.output) if logs else ()
-    return Report(verdict=str(res.verdict), ok=res.verdict == "ok", headline=headline(res),
-                  diagnosis=res.diagnosis.summary, broken=broken, rows=rows, logs=tuple(g for g in shown if g.lines))
+    failed = strict_fails(res, strict)
+    return Report(verdict=str(res.verdict), ok=res.verdict == "ok" and not failed, headline=headline(res, strict),
+                  diagnosis=res.diagnosis.summary, broken=broken, rows=rows, logs=tuple(g for g in shown if g.lines),
+                  strict_failed=failed)

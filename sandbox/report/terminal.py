@@ -21,7 +21,7 @@ def draw(rep: model.Report, file=None) -> None:
 
     out = file or sys.stdout
     console = Console(file=out, highlight=False, soft_wrap=False, width=None if out.isatty() else 120)
-    console.print(Text(rep.headline, style=_style(model.verdict_colour(rep.verdict), bold=True)))
+    console.print(Text(rep.headline, style=_style(rep.colour, bold=True)))
     if rep.diagnosis:
         console.print(Text(rep.diagnosis, style=_style(None, bold=not rep.ok)))
     for b in rep.broken:
@@ -46,6 +46,8 @@ def draw(rep: model.Report, file=None) -> None:
             console.print(Text.assemble(prefix, line))
 
 
-def print_result(res, logs: bool = True, file=None, max_log_lines: int = model.MAX_LOG_LINES) -> None:
-    """Print the report of a RunResult (with every rank's output under it: the last `max_log_lines` of each)."""
-    draw(model.build(res, logs=logs, max_log_lines=max_log_lines), file=file)
+def print_result(res, logs: bool = True, file=None, max_log_lines: int = model.MAX_LOG_LINES,
+                 strict: bool = False) -> None:
+    """Print the report of a RunResult (with every rank's output under it: the last `max_log_lines` of each);
+    `strict`: a run that broke a contract failed (`--strict`), and its headline says so."""
+    draw(model.build(res, logs=logs, max_log_lines=max_log_lines, strict=strict), file=file)

@@ -27,6 +27,7 @@ def draw(rep: model.Report) -> str:
     return "\n".join(lines)
 
 
-def render(res, logs: bool = False, max_log_lines: int = model.MAX_LOG_LINES) -> str:
-    """The report of a RunResult as plain text; every rank's output under it with `logs`."""
-    return draw(model.build(res, logs=logs, max_log_lines=max_log_lines))
+def render(res, logs: bool = False, max_log_lines: int = model.MAX_LOG_LINES, strict: bool = False) -> str:
+    """The report of a RunResult as plain text; every rank's output under it with `logs`; `strict`: a run that broke
+    a contract failed, and its headline says so."""
+    return draw(model.build(res, logs=logs, max_log_lines=max_log_lines, strict=strict))
