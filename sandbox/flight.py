@@ -58,6 +58,8 @@ def load(path: str) -> dict:
             raw = f.read()
     except OSError as e:
         raise FlightError(f"{path} cannot be read ({e.strerror}).") from None
+    if not raw:  # what a rank that died while writing its dump leaves
+        raise FlightError(f"{path} is empty (0 bytes).")
     try:
         dump = pickle.loads(raw)
     except Exception:  # noqa: BLE001  not a pickle: torch also writes JSON (`_dump_fr_trace_json`)
@@ -72,6 +74,18 @@ def load(path: str) -> dict:
         raise FlightError(f"{path} is a Flight Recorder dump in format version {version or '(none)'}; this"
                           " dist-sandbox reads the 2.x formats that torch 2.11-2.14 write.")
     return dump
+
+
+def load_each(paths: dict[int, str]) -> tuple[dict[int, dict], dict[int, str]]:
+    """(rank -> dump, rank -> why its file cannot be read, one sentence naming the file without its directory) of
+    the dumps `find` found: one rank's torn or empty dump leaves the others readable."""
+    dumps, unreadable = {}, {}
+    for r, path in sorted(paths.items()):
+        try:
+            dumps[r] = load(path)
+        except FlightError as e:
+            unreadable[r] = str(e).replace(path, os.path.basename(path)).rstrip(".")
+    return dumps, unreadable
 
 
 def find(directory: str, prefix: str = PREFIX) -> dict[int, str]:

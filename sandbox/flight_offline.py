@@ -24,12 +24,13 @@ def world_size(dumps: dict[int, dict]) -> int:
     return n
 
 
-def tracks_from_dumps(dumps: dict[int, dict]) -> dict[int, RankTrack]:
+def tracks_from_dumps(dumps: dict[int, dict], unreadable=()) -> dict[int, RankTrack]:
     """Offline, from dumps alone (a job with no sandbox in it): each rank's calls as its track. A rank whose calls
     all completed is taken as finished; one with a call its peers never reached, or that never completed, is inside
-    it. A rank without a dump is marked so (`no_dump`): it finished, or died before it could write one."""
+    it. A rank without a dump is marked so (`no_dump`): it finished, or died before it could write one; so is a rank
+    of `unreadable`, whose dump is there but cannot be read (`no_dump: "unreadable"`)."""
     fr = {r: flight.calls(d, r) for r, d in dumps.items()}
-    world = list(range(world_size(dumps)))
+    world = list(range(max([world_size(dumps)] + [r + 1 for r in unreadable])))
     members: dict[str, list[int]] = {}
     for r, cs in fr.items():
         for c in cs:
@@ -58,7 +59,8 @@ def tracks_from_dumps(dumps: dict[int, dict]) -> dict[int, RankTrack]:
         tracks[r] = t
     for r in world:
         if r not in tracks:
+            no_dump = "unreadable" if r in unreadable else True
             t = tracks[r] = RankTrack(r)
-            t.feed({"ev": "hello", "rank": r, "t": 0, "world_size": len(world), "lens": "flight", "no_dump": True})
-            t.feed({"ev": "end", "rank": r, "outcome": "ok", "t": 0, "no_dump": True})
+            t.feed({"ev": "hello", "rank": r, "t": 0, "world_size": len(world), "lens": "flight", "no_dump": no_dump})
+            t.feed({"ev": "end", "rank": r, "outcome": "ok", "t": 0, "no_dump": no_dump})
     return tracks

@@ -143,6 +143,8 @@ def where(t: RankTrack) -> str:
     """A few words on where a rank is now."""
     if t.pending is not None:
         return f"in {call(t.pending)} at {t.pending.get('site')}"
+    if t.end is not None and t.end.get("no_dump") == "unreadable":
+        return "without a readable Flight Recorder dump"
     if t.end is not None and t.end.get("no_dump"):
         return "without a Flight Recorder dump (it finished, or died before writing one)"
     if t.end is not None and t.end.get("dump_done"):

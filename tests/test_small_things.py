@@ -10,15 +10,12 @@
 """
 import io
 import json
-import os
 import pickle
-import sys
-
-import pytest
 
 from sandbox import flight
 from sandbox.contracts import ContractWarning
-from sandbox.diagnose.__main__ import load_result, main as diagnose_main
+from sandbox.diagnose.__main__ import load_result
+from sandbox.diagnose.__main__ import main as diagnose_main
 from sandbox.report import html, model, terminal, text
 from sandbox.result import Diagnosis, RankResult, RunResult
 
@@ -54,3 +51,63 @@ def test_strict_changes_nothing_where_there_is_no_warning_or_the_run_failed_anyw
     hung = RunResult(verdict="hang", world_size=2, wall_s=1.5, diagnosis=Diagnosis(kind="p2p_cycle", cause="c."),
                      ranks=[RankResult(rank=r, outcome="hung") for r in (0, 1)], warnings=_finished(1).warnings)
     assert model.headline(hung, strict=True) == "HANG [p2p_cycle]: 2 ranks in 1.50 s"
+
+
+# ------------------------------------------------------------------------------------------ a dump that cannot be read
+
+def _entry(seq: int, state: str, path: str, line: int) -> dict:
+    """One all_reduce of the default group as torch's Flight Recorder writes it (format 2.x)."""
+    return {"record_id": seq - 1, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": seq,
+            "p2p_seq_id": 0, "op_id": seq, "profiling_name": "gloo:all_reduce", "time_created_ns": seq * 10**9,
+            "input_sizes": [[4]], "input_dtypes": ["Float"], "output_sizes": [[4]], "output_dtypes": ["Float"],
+            "state": state, "frames": [{"filename": path, "name": "<module>", "line": line}], "is_p2p": False}
+
+
+def _dumps(tmp_path, broken: dict[int, bytes]) -> str:
+    """A directory of a 3-rank job's dumps (torch's names): every rank made all_reduce #1 at job.py:7 and waits in
+    all_reduce #2 at job.py:8; the ranks of `broken` left these bytes instead of their dump."""
+    d = tmp_path / "dumps"
+    d.mkdir()
+    job = str(tmp_path / "job.py")
+    for r in range(3):
+        dump = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}},
+                "pg_status": {"0": {"last_enqueued_collective": 2, "last_started_collective": 2,
+                                    "last_completed_collective": 1}},
+                "entries": [_entry(1, "completed", job, 7), _entry(2, "scheduled", job, 8)]}
+        (d / f"{flight.PREFIX}{r}").write_bytes(broken.get(r, pickle.dumps(dump)))
+    return str(d)
+
+
+def _diagnose(directory: str, capsys) -> tuple[int, dict | None, str]:
+    """`python -m sandbox.diagnose --json DIR`, in this process: (exit code, its JSON or None, stderr)."""
+    code = diagnose_main(["--json", directory])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if out.strip() else None, err
+
+
+def test_an_empty_dump_is_named_and_the_others_are_diagnosed(tmp_path, capsys):
+    """Rank 2 died writing its dump (0 bytes): the diagnosis is made from ranks 0 and 1's, and says whose dump
+    could not be read, and why, as it says whose is missing."""
+    code, j, err = _diagnose(_dumps(tmp_path, {2: b""}), capsys)
+    assert code == 1 and err == "" and j["world_size"] == 3, (code, err)
+    said = j["diagnosis"]["summary"]
+    assert f"Rank 2's dump cannot be read: {flight.PREFIX}2 is empty (0 bytes)" in said, said
+    assert "this diagnosis is made from the dumps there are" in said, said
+    assert [(r["rank"], (r["pending"] or {}).get("seq")) for r in j["ranks"][:2]] == [(0, 2), (1, 2)], j["ranks"]
+    assert all(r["pending"]["site"].endswith("job.py:8") for r in j["ranks"][:2]), j["ranks"]
+
+
+def test_every_unreadable_dump_is_named_with_what_is_wrong_with_it(tmp_path):
+    res = load_result(_dumps(tmp_path, {1: b"", 2: b"\x80\x04 torn"}))
+    said = res.diagnosis.summary
+    assert (f"The dumps of ranks 1 and 2 cannot be read: {flight.PREFIX}1 is empty (0 bytes);"
+            f" {flight.PREFIX}2 is not a Flight Recorder dump (neither a pickle nor JSON)") in said, said
+    assert res.ranks[0].pending["seq"] == 2, res.ranks[0]
+
+
+def test_a_directory_where_no_dump_can_be_read_is_one_sentence_and_exit_code_2(tmp_path, capsys):
+    d = _dumps(tmp_path, {0: b"", 1: b"", 2: b"not a dump"})
+    code, j, err = _diagnose(d, capsys)
+    assert (code, j) == (2, None), err
+    assert err.count("\n") == 1 and err.startswith("sandbox.diagnose: ") and "Traceback" not in err, err
+    assert f"none of the 3 files named {flight.PREFIX}<N> in {d} can be read as a Flight Recorder dump" in err, err

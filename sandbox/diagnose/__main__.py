@@ -7,7 +7,9 @@ Recorder dumps written by any job (no sandbox in it):
     python -m sandbox.diagnose dumps/             # nccl_trace_rank_<N> files (TORCH_FR_DUMP_TEMP_FILE)
     python -m sandbox.diagnose dumps/ --prefix rank_
 
-Exit code: 0 when every rank finished, 1 when the run failed or hung, 2 when the directory cannot be read.
+A rank whose dump is missing, empty or torn (it died while writing it) is named, and the diagnosis is made from the
+dumps there are. Exit code: 0 when every rank finished, 1 when the run failed or hung, 2 when the directory cannot be
+read (no trace file, and not one dump that can be read).
 """
 from __future__ import annotations
 
@@ -28,11 +30,18 @@ def load_result(trace_dir: str, prefix: str = flight.PREFIX) -> RunResult:
         tracks = policy.fill_missing(load_dir(trace_dir))
         dumps = flight.read_run(trace_dir)
         tracks = flight_view.merge(tracks, dumps) if dumps else tracks
-        absent = []
+        absent, unreadable = [], {}
     else:
-        dumps = {r: flight.load(p) for r, p in flight.find(trace_dir, prefix).items()}
-        tracks = flight_offline.tracks_from_dumps(dumps)
-        absent = sorted(set(tracks) - set(dumps))
+        found = flight.find(trace_dir, prefix)
+        dumps, unreadable = flight.load_each(found)
+        if not dumps:  # not one rank's dump: the wrong directory, or a job that wrote none whole
+            if len(found) == 1:
+                flight.load(next(iter(found.values())))  # raises: its own sentence, with its whole path
+            raise flight.FlightError(f"none of the {len(found)} files named {prefix}<N> in {trace_dir} can be read"
+                                     f" as a Flight Recorder dump ({'; '.join(list(unreadable.values())[:3])}"
+                                     f"{'; ...' if len(unreadable) > 3 else ''}).")
+        tracks = flight_offline.tracks_from_dumps(dumps, unreadable)
+        absent = sorted(set(tracks) - set(dumps) - set(unreadable))
     j = policy.judge(tracks)
     if dumps and not any(TRACE_FILE.fullmatch(n) for n in os.listdir(trace_dir)) and j.verdict == "ok":
         differ = [w for w in j.warnings if w.kind == "collective_differs"]
@@ -51,6 +60,12 @@ def load_result(trace_dir: str, prefix: str = flight.PREFIX) -> RunResult:
     if absent and "without a Flight Recorder dump" not in j.diagnosis.summary:  # unless the cause said so already
         j.diagnosis = j.diagnosis.noted(f"{words.ranks(absent).capitalize()} left no dump (finished, or died before"
                                         " writing one); this diagnosis is made from the dumps there are.")
+    if unreadable:  # whatever the cause said: which file, and what is wrong with it
+        whose = (f"{words.ranks(unreadable).capitalize()}'s dump cannot be read" if len(unreadable) == 1 else
+                 f"The dumps of {words.ranks(unreadable)} cannot be read")
+        j.diagnosis = j.diagnosis.noted(f"{whose}: {'; '.join(unreadable.values())}. A rank that dies while writing"
+                                        " its dump leaves it empty or torn; this diagnosis is made from the dumps"
+                                        " there are.")
     ranks = [RankResult.from_track(t, j.outcomes[r]) for r, t in sorted(tracks.items())]
     evs = sorted((e for t in tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
     return RunResult(verdict=j.verdict, world_size=len(tracks), wall_s=None, diagnosis=j.diagnosis, ranks=ranks,
