@@ -8,15 +8,23 @@ Each page under docs/errors/ starts with
     message: "<the message whole, as torch prints it, with a real run's numbers>"
     group: timeouts | connections | rendezvous | ddp | sizes | gpu
     printer: <who prints it, for the index table>
+    typed:                  (optional)
+      - "<a short form of the message that a person types, e.g. its exception and its key words>"
     search:
       boost: <n>
     ---
     # <the message, as printed>
 
 The index table (`<!-- gen: errors-index -->` in errors/index.md) lists every page by group from that front
-matter; the browser test types each `message` into the site's search box and requires its page first
-(`error_queries()`). The bug index and the bug pages link a bug's error to the page whose message its regex
-matches (`page_for`).
+matter; the browser test pastes each `message` into the site's search box and requires its page first
+(`error_queries()`), and types each `typed` form, which must list the page first too (`typed_queries()`). The bug
+index and the bug pages link a bug's error to the page whose message its regex matches (`page_for`).
+
+How lunr (in Material's search worker) ranks them: a section's score is the sum, over the query words it holds, of
+the word's weight in the section's title (x1000) and text (x1), times the page's boost; a page's own top section
+then counts up to 5 times, a section under a heading up to 2 times. So a short form (three words of the message)
+weighs the same in this page's first heading as in a bug page's heading that quotes it, and the boosts decide: a
+message that bug pages (boost 10) quote in their headings needs a boost of its own above 2 for its short form.
 """
 from __future__ import annotations
 
@@ -51,6 +59,9 @@ def _front_matter(path: str) -> dict:
     if missing or meta["group"] not in dict(GROUPS):
         raise ValueError(f"{path}: front matter needs message and group (one of {[g for g, _ in GROUPS]}); "
                          f"missing {missing or meta.get('group')}")
+    typed = meta.get("typed", [])
+    if not isinstance(typed, list) or not all(isinstance(q, str) and q.strip() for q in typed):
+        raise ValueError(f"{path}: typed is a list of the short forms of the message a person types, not {typed!r}")
     return {**meta, "heading": title}
 
 
@@ -67,6 +78,13 @@ def error_pages() -> dict[str, dict]:
 def error_queries() -> dict[str, str]:
     """{page (errors/<name>/ as the site serves it): the message a person pastes}; that page must be listed first."""
     return {f"errors/{name[:-3]}/": " ".join(p["message"].split()) for name, p in error_pages().items()}
+
+
+def typed_queries() -> list[tuple[str, str]]:
+    """(page, a short form of its message that a person types) for every `typed` form; that page must be listed
+    first for it too."""
+    return [(f"errors/{name[:-3]}/", " ".join(q.split())) for name, p in error_pages().items()
+            for q in p.get("typed", [])]
 
 
 def page_for(pattern: str | None) -> str | None:

@@ -3,7 +3,8 @@ and driven by headless Chromium (Debian's `chromium` package, through Playwright
 browser download). Every page of the site loads with status 200, logs no console error and asks no other host for
 anything (no web fonts, no CDN); every lab page shows its executed output; and the site's own search box, typed into
 as a person would, lists the right bug page first for each bug's error message (one test per bug of the registry),
-and each error page of docs/errors/ first for its message pasted whole, as torch prints it (one test per page).
+and each error page of docs/errors/ first for its message pasted whole, as torch prints it (one test per page), and
+for each short form of it that a person types (`typed:` in the page's front matter).
 
 Screenshots of the home page, one bug page and one search go to $SANDBOX_SCREENSHOTS, by default `build/screenshots/`
 (ignored by git), as PNG. The browser, the driver and the server are closed whatever happens, and the last teardown
@@ -45,6 +46,7 @@ def _docs_module(name: str):
 
 
 ERRORS = _docs_module("error_pages").error_queries()  # {"errors/<name>/": the message, whole}
+TYPED = _docs_module("error_pages").typed_queries()  # [("errors/<name>/", a short form a person types)]
 
 
 # -- the site, its server, the browser -------------------------------------------------------------------------
@@ -373,4 +375,19 @@ def test_search_finds_the_error_page_first(location, base, visit):
     paths = [urllib.parse.urlsplit(u).path for u in links]
     assert paths and paths[0] == "/" + location, (
         f"pasting {ERRORS[location]!r} lists first {paths[0] if paths else 'nothing'}; the first five: {paths[:5]}")
+    assert visit.errors == [] and visit.foreign() == [], (visit.errors, visit.foreign())
+
+
+@pytest.mark.parametrize("location, query", TYPED, ids=[q for _, q in TYPED])
+def test_search_finds_the_error_page_first_for_the_short_form_a_person_types(location, query, base, visit):
+    """`RuntimeError: Connection closed by peer`, typed, lists its page first, not a bug page whose heading quotes
+    those words (several bugs raise it: the page lists them all)."""
+    page, _ = visit.open(base)
+    try:
+        links = search(page, query)
+    finally:
+        page.close()
+    paths = [urllib.parse.urlsplit(u).path for u in links]
+    assert paths and paths[0] == "/" + location, (
+        f"typing {query!r} lists first {paths[0] if paths else 'nothing'}; the first five: {paths[:5]}")
     assert visit.errors == [] and visit.foreign() == [], (visit.errors, visit.foreign())

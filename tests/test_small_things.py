@@ -10,8 +10,13 @@
 """
 import io
 import json
+import os
 import pickle
+import sys
 
+import pytest
+
+from conftest import ROOT
 from sandbox import flight
 from sandbox.contracts import ContractWarning
 from sandbox.diagnose.__main__ import load_result
@@ -111,3 +116,44 @@ def test_a_directory_where_no_dump_can_be_read_is_one_sentence_and_exit_code_2(t
     assert (code, j) == (2, None), err
     assert err.count("\n") == 1 and err.startswith("sandbox.diagnose: ") and "Traceback" not in err, err
     assert f"none of the 3 files named {flight.PREFIX}<N> in {d} can be read as a Flight Recorder dump" in err, err
+
+
+# ------------------------------------------------------------------------------------------ search: the short form
+
+def _error_pages():
+    pytest.importorskip("yaml", reason="the docs' front matter is YAML (pyyaml, with the docs packages)")
+    sys.path.insert(0, os.path.join(ROOT, "docs"))
+    import error_pages  # docs/error_pages.py, as the docs build and the browser test read it
+
+    return error_pages
+
+
+def test_the_short_form_a_person_types_is_listed_for_the_browser_test_to_type():
+    """The browser test (tests/test_browser.py, which builds the site: minutes) types each `typed` form and requires
+    its page first; these are the forms it must type, each the message's own words."""
+    pages = _error_pages()
+    typed = pages.typed_queries()
+    assert ("errors/connection-closed-by-peer/", "RuntimeError: Connection closed by peer") in typed, typed
+    messages = pages.error_queries()
+    for location, query in typed:
+        said = messages[location]
+        assert query.split(": ")[0] in said and query.split(": ")[-1] in said, (location, query)
+
+
+def test_the_two_gloo_peer_pages_outweigh_a_bug_heading_that_quotes_them_but_not_a_bugs_own_symptom():
+    """Several bug pages (boost 10) quote 'Connection closed by peer' in their first heading: at the other error
+    pages' boost (2) the message's own page came after them for the short form. Closed and reset weigh the same:
+    their whole messages differ in a few words, and each must still list its own page first."""
+    pages = _error_pages().error_pages()
+    closed, reset = (pages[f"connection-{w}-by-peer.md"]["search"]["boost"] for w in ("closed", "reset"))
+    others = {p["search"]["boost"] for n, p in pages.items() if "-by-peer" not in n}
+    assert closed == reset and max(others) * 2 < closed < 10, (closed, reset, others)
+
+
+def test_a_typed_form_that_is_not_a_list_of_text_is_refused_naming_the_page(tmp_path, monkeypatch):
+    pages = _error_pages()
+    (tmp_path / "odd.md").write_text('---\nmessage: "RuntimeError: x"\ngroup: sizes\ntyped: "RuntimeError"\n---\n# x\n',
+                                     encoding="utf-8")
+    monkeypatch.setattr(pages, "ERRORS_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="odd.md: typed is a list of the short forms"):
+        pages.error_pages()
