@@ -5,8 +5,10 @@ At build time it
   module's own source (the page's text: docs/catalogue_pages.py); the page draws a real run of the broken variant,
   `python -m sandbox.repro SLUG --variant broken --json`, from its JSON (`RunResult.to_dict()`, the contract every
   tool reads) with the sandbox's own report, never by scraping what a terminal shows;
-- executes every lab (`labs/*.ipynb`, committed without outputs) in a real kernel, in parallel, and hands the
-  executed copies to mkdocs-jupyter, which renders them under `labs/`;
+- executes every lab (`labs/*.ipynb`, committed without outputs) in a real kernel, in parallel (docs/labs_run.py),
+  and hands the executed copies to mkdocs-jupyter, which renders them under `labs/`; a test session that has
+  executed them already passes its copies instead (`DOCS_EXECUTED_LABS=DIR`, tests/conftest.py), so each lab runs
+  once per session;
 - runs `examples/mismatch.py` on 4 ranks (`python -m sandbox.run --json`) for the home page's verdict and timeline;
 - fills the `<!-- gen: NAME -->` markers of the hand-written pages (the CLI's real `--help` texts, README sections,
   the trace format from `sandbox/events.py`, the grouped bug index, the index of error messages from the front
@@ -45,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import catalogue_pages  # noqa: E402  docs/catalogue_pages.py, beside this file: the catalogue's pages
 import diagram_pages  # noqa: E402  docs/diagram_pages.py: the Concepts page's pictures, from one real run
 import error_pages  # noqa: E402  docs/error_pages.py: the index of error messages (docs/errors/)
+import labs_run  # noqa: E402  docs/labs_run.py: a lab executed in a real kernel (the tests execute them the same way)
 import route  # noqa: E402  docs/route.py: the learning path (Start here, the Labs menu)
 import scores_page  # noqa: E402  docs/scores_page.py: "How well does it diagnose?", from the scoreboard's JSON
 # tests/test_docs.py and tests/test_browser.py read these from the hook, as before the split
@@ -54,21 +57,14 @@ from sandbox.bugs import registry  # noqa: E402  reading the registry imports no
 
 log = logging.getLogger("mkdocs.plugins.dist_sandbox")
 LABS_DIR = os.path.join(ROOT, "labs")
-LAB_CELL_TIMEOUT_S = 120
-LAB_RETRIES = int(os.environ.get("DOCS_LAB_RETRIES", "2"))  # under heavy load a lab's run may come out otherwise
 WORKERS = int(os.environ.get("DOCS_JOBS", "2"))
-COLUMNS = "110"
 
 _state: dict = {}
 
 
 # ------------------------------------------------------------------------------------------------- build-time runs
 
-def _env() -> dict:
-    env = dict(os.environ, NO_COLOR="1", COLUMNS=COLUMNS, PYTHONUNBUFFERED="1")
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env.pop("FORCE_COLOR", None)
-    return env
+_env = labs_run.env  # the build's runs see what the labs' kernels see: no colour codes, a fixed width
 
 
 def _run(cmd: list[str], timeout: float = 300) -> tuple[int, str]:
@@ -116,43 +112,20 @@ def run_home(out_dir: str) -> dict:
     return {"rc": p.returncode, "output": output, "timeline": os.path.exists(png)}
 
 
-def _kernel(tmp: str) -> str:
-    """A kernelspec for this interpreter in a private folder on JUPYTER_PATH (the venv's `python3` spec says just
-    `python`, whatever is first on PATH)."""
-    name = "dist-sandbox-docs"
-    spec = os.path.join(tmp, "jupyter", "kernels", name)
-    os.makedirs(spec, exist_ok=True)
-    with open(os.path.join(spec, "kernel.json"), "w") as f:
-        json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                   "display_name": "dist-sandbox docs", "language": "python"}, f)
-    return name
-
-
-def execute_lab(path: str, out_dir: str, kernel: str, jupyter_path: str) -> dict:
-    """One lab, executed in its own kernel process (a subprocess, so several run at once), into out_dir/labs/."""
+def execute_lab(path: str, out_dir: str, jupyter_path: str) -> dict:
+    """One lab, executed in its own kernel (docs/labs_run.py), into out_dir/labs/; or, under DOCS_EXECUTED_LABS, the
+    copy a test session executed from the same source (tests/conftest.py), taken as it is."""
     dest = os.path.join(out_dir, "labs", os.path.basename(path))
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    code = (
-        "import sys, nbformat\n"
-        "from nbclient import NotebookClient\n"
-        "src, dest, kernel, cwd, timeout = sys.argv[1:6]\n"
-        "nb = nbformat.read(src, as_version=4)\n"
-        "NotebookClient(nb, timeout=int(timeout), kernel_name=kernel, allow_errors=False,\n"
-        "               resources={'metadata': {'path': cwd}}).execute()\n"
-        "nbformat.write(nb, dest)\n")
-    env = _env()
-    env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [jupyter_path, env.get("JUPYTER_PATH")]))
-    t0, tries = time.monotonic(), []
-    for _ in range(1 + LAB_RETRIES):
-        p = subprocess.run([sys.executable, "-c", code, path, dest, kernel, LABS_DIR, str(LAB_CELL_TIMEOUT_S)],
-                           cwd=LABS_DIR, env=env, capture_output=True, text=True, timeout=900)
-        tries.append(p.stderr[-3000:])
-        if p.returncode == 0:
-            break
-    if len(tries) > 1:  # say so: a lab that needed a second try is a flaky lab (a bug to report, not to hide)
-        log.info("lab %s failed once and was run again:\n%s", os.path.basename(path), tries[0])
-    return {"rc": p.returncode, "dest": dest, "stderr": p.stderr[-3000:], "seconds": time.monotonic() - t0,
-            "tries": len(tries)}
+    given = os.environ.get("DOCS_EXECUTED_LABS")
+    if given:
+        done = os.path.join(given, os.path.basename(path))
+        if not os.path.exists(done):
+            return {"rc": 1, "dest": dest, "seconds": 0.0,
+                    "stderr": f"DOCS_EXECUTED_LABS={given} has no executed {os.path.basename(path)}"}
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(done, dest)
+        return {"rc": 0, "dest": dest, "stderr": "", "seconds": 0.0}
+    return labs_run.execute(path, dest, jupyter_path)
 
 
 def start_jobs() -> None:
@@ -165,14 +138,14 @@ def start_jobs() -> None:
     if reuse and os.path.exists(os.path.join(reuse, "results.json")):
         with open(os.path.join(reuse, "results.json"), encoding="utf-8") as f:
             kept = json.load(f)
-    kernel = _kernel(tmp)
+    jupyter = labs_run.kernelspec(tmp)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS)
     labs = sorted(glob.glob(os.path.join(LABS_DIR, "*.ipynb")))
     todo = {"home": (run_home, out)}
     todo["diagrams"] = (diagram_pages.generate, out)
     # the labs take longest: queue them first
     for path in labs:
-        todo["lab:" + os.path.basename(path)] = (execute_lab, path, out, kernel, os.path.join(tmp, "jupyter"))
+        todo["lab:" + os.path.basename(path)] = (execute_lab, path, out, jupyter)
     for slug in bug_order():
         todo["bug:" + slug] = (run_bug, slug, out)
     jobs = {}

@@ -1,4 +1,6 @@
 import ctypes
+import fcntl
+import glob
 import json
 import os
 import signal
@@ -10,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from sandbox import nodes
+from sandbox import nodes, warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/scenarios.py is importable by the ranks
@@ -22,6 +24,13 @@ ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 # Under xdist a worker inherits TMPDIR from the controller: the controller's own temp dir, removed when it finishes.
 # What the workers share (the docs site, built once) lives there.
 _SHARED_TMP = os.environ.get("TMPDIR") if os.environ.get("PYTEST_XDIST_WORKER") else None
+
+# Every launch of this test process forks its ranks from one warm zygote (torch imported once per worker, a run
+# costs a fork): what the tests test is the run, not the import. As for a user, SANDBOX_WARM in the environment
+# still decides; the cold path is tested on purpose where it is the subject (warm=False or SANDBOX_WARM=0:
+# test_startup, test_hygiene, test_warm, test_lab). Subprocesses (CLIs, kernels) keep the product's own default.
+_product_default = warm.default
+warm.default = lambda: _product_default() if "SANDBOX_WARM" in os.environ else True
 
 # Runs of this test session make their temp dirs here, so the leftovers check sees only ours.
 _TMP = tempfile.mkdtemp(prefix="sandbox-tests-")
@@ -38,12 +47,66 @@ def python() -> str:
     return sys.executable
 
 
-def run_cli(*args, timeout=120, env=None, **kw):
-    """Run `python -m <args>` from the project root; a bounded wait."""
-    e = dict(os.environ, **(env or {}))
-    e["PYTHONPATH"] = os.pathsep.join(filter(None, [(env or {}).get("PYTHONPATH"), ROOT, os.path.join(ROOT, "tests")]))
-    return subprocess.run([python(), "-m", *args], capture_output=True, text=True, timeout=timeout, cwd=kw.pop("cwd", ROOT),
-                          env=e, **kw)
+# The commands whose `main(argv)` run_cli calls in this process, with the name `cli.guarded` gives them.
+_IN_PROCESS = {"sandbox.run": ("sandbox.run", "sandbox.run"), "sandbox.repro": ("sandbox.repro", "sandbox.repro"),
+               "sandbox.diagnose": ("sandbox.diagnose.__main__", "sandbox.diagnose"),
+               "sandbox.bench": ("sandbox.bench.__main__", "sandbox.bench")}
+
+
+def run_cli(*args, timeout=120, env=None, process=False, **kw):
+    """`python -m <args>` from the project root: what it prints and its exit code, as a CompletedProcess.
+
+    The sandbox's commands are answered in this process by their own `main(argv)`, under `cli.guarded` as their
+    `__main__` runs it, with `env` set and `cwd` entered meanwhile, stdout and stderr captured; an exception that
+    escapes is printed as the interpreter prints it, exit code 1. Its runs fork from this worker's warm zygote (a
+    subprocess would import torch twice, for itself and its zygote). `process=True`, or another module, runs a
+    real subprocess instead (a bounded wait): where the process is the subject (signals, what the interpreter
+    does, a launcher killed)."""
+    if process or args[0] not in _IN_PROCESS:
+        e = dict(os.environ, **(env or {}))
+        e["PYTHONPATH"] = os.pathsep.join(filter(None, [(env or {}).get("PYTHONPATH"), ROOT,
+                                                        os.path.join(ROOT, "tests")]))
+        return subprocess.run([python(), "-m", *args], capture_output=True, text=True, timeout=timeout,
+                              cwd=kw.pop("cwd", ROOT), env=e, **kw)
+    assert not kw.keys() - {"cwd"}, f"run_cli in-process takes cwd and env only, not {sorted(kw.keys() - {'cwd'})}"
+    return _in_process(list(args), env or {}, kw.get("cwd", ROOT))
+
+
+def _in_process(args: list, env: dict, cwd: str) -> subprocess.CompletedProcess:
+    import contextlib
+    import importlib
+    import io
+    import logging
+    import traceback
+
+    from sandbox import cli
+
+    module, prog = _IN_PROCESS[args[0]]
+    main = importlib.import_module(module).main
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.guarded(lambda: main(args[1:]), prog)
+            except SystemExit as e:  # argparse, or a command's own exit
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if e.code is not None and not isinstance(e.code, int):
+                    print(e.code, file=sys.stderr)
+            except Exception:  # noqa: BLE001  what the interpreter would print for an escaped exception: tests say no
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        log = logging.getLogger("sandbox")  # -v's handler writes to the captured stderr: it goes with it
+        log.handlers = [h for h in log.handlers if not getattr(h, "sandbox_cli", False)]
+        log.setLevel(logging.NOTSET)
+        log.propagate = True
+    return subprocess.CompletedProcess(["python", "-m", *args], code, out.getvalue(), err.getvalue())
 
 
 def sandbox_dirs() -> set:
@@ -55,10 +118,14 @@ GRACE_S = 2.0  # how long a process we killed may take to disappear (SIGKILL is 
 
 
 def _descendants() -> dict:
-    """Processes descended from this test process (ranks, zygotes, CLIs), zombies reaped first: pid -> description."""
+    """Processes descended from this test process (ranks, zygotes, CLIs), zombies reaped first: pid -> description.
+    This process's warm zygote is not one of them while idle: it serves the whole session (its runs are)."""
     me = psutil.Process()
     out = {}
+    keep = warm.running()
     for c in me.children(recursive=True):
+        if c.pid == keep:
+            continue
         try:
             if c.status() == psutil.STATUS_ZOMBIE:
                 try:
@@ -166,8 +233,56 @@ def two_nodes(clean):
         pytest.skip(why)
 
 
+def _shared(name: str) -> str:
+    """A folder every worker of this test run sees (the controller's temp dir under xdist, else this process's)."""
+    path = os.path.join(_SHARED_TMP or _TMP, name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+LABS = sorted(glob.glob(os.path.join(ROOT, "labs", "*.ipynb")))
+
+
+def executed_lab(path: str) -> dict:
+    """`path` executed in a real kernel (docs/labs_run.py), once per test run: the first worker to ask executes it,
+    under a lock of its own, and every later asker (test_labs.py, the docs build) reads the copy. {"rc", "dest",
+    "stderr", "seconds"}; "cached": it was executed by an earlier asker. A lab that failed is not run again: its
+    failure is the answer for every reader (the build would fail on it as test_labs does)."""
+    need(*NOTEBOOK_PACKAGES)
+    sys.path.insert(0, os.path.join(ROOT, "docs"))
+    import labs_run  # docs/labs_run.py: the build executes labs the same way
+
+    base = _shared("labs-executed")
+    name = os.path.basename(path)
+    with open(os.path.join(base, name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # bounded: the holder's execution has its own limit (LAB_TIMEOUT_S)
+        done = os.path.join(base, name + ".json")
+        if os.path.exists(done):
+            with open(done) as f:
+                return dict(json.load(f), cached=True)
+        with open(os.path.join(base, "kernel.lock"), "w") as klock:
+            fcntl.flock(klock, fcntl.LOCK_EX)
+            jupyter = labs_run.kernelspec(base)  # written under its own lock: two workers must not interleave it
+        r = labs_run.execute(path, os.path.join(base, name), jupyter)
+        with open(done, "w") as f:
+            json.dump(r, f)
+        return dict(r, cached=False)
+
+
+def execute_labs(paths, jobs: int = 2) -> list:
+    """Every lab of `paths` executed (or read, if done), `jobs` at a time: the docs build needs them all."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(executed_lab, paths))
+
+
 def _build_site(dest: str) -> tuple[int, str]:
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", NO_COLOR="1")  # the variable quiets Material's banner
+    failed = [f"{os.path.basename(r['dest'])}:\n{r['stderr']}" for r in execute_labs(LABS) if r["rc"] != 0]
+    if failed:  # the build would stop on these: say which lab failed, with what it printed
+        return 1, "labs failed to execute:\n" + "\n".join(failed)
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", NO_COLOR="1",  # the variable quiets Material's banner
+               DOCS_EXECUTED_LABS=_shared("labs-executed"))
     p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", dest], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=900)
     return p.returncode, p.stdout + p.stderr
@@ -175,14 +290,14 @@ def _build_site(dest: str) -> tuple[int, str]:
 
 @pytest.fixture(scope="session")
 def docs_site():
-    """The docs site, built once per test run with `mkdocs build --strict` from the repository root (it executes
-    every lab and runs every bug: minutes): {"dir": where, "log": what mkdocs printed}. Shared by the build checks
-    (test_docs.py) and the browser test (test_browser.py). Under xdist the workers share one build: the first to
-    need it builds it under a lock in the controller's temp dir, the others wait for it and read it (two builds at
-    once cost each other's CPU, and CI's time)."""
-    import fcntl
+    """The docs site, built once per test run with `mkdocs build --strict` from the repository root (it runs every
+    bug; the labs it renders are the ones this test run executed, `executed_lab`): {"dir": where, "log": what
+    mkdocs printed}. Shared by the build checks (test_docs.py) and the browser test (test_browser.py). Under xdist
+    the workers share one build: the first to need it builds it under a lock in the controller's temp dir, the
+    others wait for it and read it (two builds at once cost each other's CPU, and CI's time)."""
     import shutil
 
+    need(*DOCS_PACKAGES)
     if _SHARED_TMP is None:
         dest = tempfile.mkdtemp(prefix="docs-site-")
         try:
@@ -192,8 +307,7 @@ def docs_site():
         finally:
             shutil.rmtree(dest, ignore_errors=True)
         return
-    base = os.path.join(_SHARED_TMP, "docs-site-shared")
-    os.makedirs(base, exist_ok=True)
+    base = _shared("docs-site-shared")
     dest, done = os.path.join(base, "site"), os.path.join(base, "build.json")
     with open(os.path.join(base, "lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # bounded: the holder's build has its own 900 s limit
@@ -245,9 +359,20 @@ SLOW_TESTS = {  # single tests elsewhere that start a kernel or measure at lengt
 }
 
 
+# Longest first, so that two workers end together: the labs (each executed once per run, in its own kernel, by the
+# worker its test lands on: the two workers execute them side by side), then what reads the site built from them.
+FIRST = ("test_labs::test_lab_runs_and_shows_what_it_teaches", "test_docs::", "test_browser::")
+
+
+def _rank(item) -> int:
+    key = f"{item.module.__name__.rsplit('.', 1)[-1]}::{item.originalname}" if item.module else ""
+    return next((i for i, p in enumerate(FIRST) if key.startswith(p)), len(FIRST))
+
+
 def pytest_collection_modifyitems(config, items):
     """`slow` by module (above); `gpu` tests need 2 visible GPUs (one per rank), `no_gpu` tests a machine where
-    none is visible."""
+    none is visible; the longest first (FIRST)."""
+    items.sort(key=_rank)  # stable: the rest keep their order
     for item in items:
         mod = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
         if mod in SLOW_MODULES or f"{mod}::{item.originalname}" in SLOW_TESTS:

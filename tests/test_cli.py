@@ -258,7 +258,7 @@ def test_a_dead_launcher_is_an_error_not_ok(tmp_path, clean):
     fake.mkdir()
     (fake / "__init__.py").write_text("raise ImportError('this torch is broken')\n")
     p = run_cli("sandbox.run", "-n", "2", "--json", os.path.join(EX, "allreduce.py"),
-                env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
+                env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}, process=True)
     assert p.returncode == 1, p.stdout + p.stderr
     d = json.loads(p.stdout)
     assert d["verdict"] == "error" and "this torch is broken" in d["diagnosis"]["summary"]

@@ -3,28 +3,22 @@ it teaches: the broken run's documented diagnosis, the pre-filled (still broken)
 error, the reference fix passing. Also: the labs are committed without outputs, every catalogue bug has its lab,
 and nothing of ours outlives the kernel.
 
-Each lab's time is printed (`pytest -s tests/test_labs.py`); the only time limit is the executor's own per-cell
-timeout (LAB_CELL_TIMEOUT_S): a lab is meant to take 60 s or less on a 2-core machine, in all.
+Each lab is executed once per test run, and the docs build renders that same executed copy (tests/conftest.py,
+`executed_lab`). Its time is printed (`pytest -s tests/test_labs.py`); the only time limit is the executor's own
+per-cell timeout (docs/labs_run.py): a lab is meant to take 60 s or less on a 2-core machine, in all.
 """
-import glob
 import html
 import os
 import re
-import subprocess
-import sys
-import time
 
 import pytest
-from conftest import NOTEBOOK_PACKAGES, ROOT, need
+from conftest import LABS, ROOT, executed_lab
 
 nbformat = pytest.importorskip("nbformat", reason="needs the optional package nbformat (pip install -e '.[dev]')")
 
 from sandbox.bugs import registry
 
 LABS_DIR = os.path.join(ROOT, "labs")
-LABS = sorted(glob.glob(os.path.join(LABS_DIR, "*.ipynb")))
-LAB_CELL_TIMEOUT_S = 60
-KERNEL = "sandbox-test"
 
 
 def _name(path):
@@ -72,30 +66,12 @@ def _tagged(nb, tag):
     return _text(cells[0])
 
 
-@pytest.fixture(scope="session")
-def kernel(tmp_path_factory):
-    """A kernelspec for this interpreter (the venv's ipykernel), installed in a temp prefix on JUPYTER_PATH: the
-    `python3` spec in the venv says just `python`, which is whatever python is first on PATH."""
-    need(*NOTEBOOK_PACKAGES)
-    prefix = tmp_path_factory.mktemp("kernelspec")
-    subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(prefix), "--name", KERNEL,
-                    "--display-name", "sandbox tests"], check=True, capture_output=True, timeout=120)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(prefix / "share" / "jupyter"),
-                                                                os.environ.get("JUPYTER_PATH")])))
-        from jupyter_client.kernelspec import KernelSpecManager
-        assert KernelSpecManager().get_kernel_spec(KERNEL).argv[0] == sys.executable
-        yield KERNEL
-
-
-def _execute(path, kernel_name):
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(path, as_version=4)
-    t0 = time.monotonic()
-    NotebookClient(nb, timeout=LAB_CELL_TIMEOUT_S, kernel_name=kernel_name, allow_errors=False,
-                   resources={"metadata": {"path": LABS_DIR}}).execute()
-    return nb, time.monotonic() - t0
+def _execute(path):
+    """The lab executed in a real kernel, once per test run (tests/conftest.py, `executed_lab`: the docs build renders
+    the same executed copy): the notebook with its outputs, and the seconds its execution took."""
+    r = executed_lab(path)
+    assert r["rc"] == 0, f"{_name(path)} failed to execute:\n{r['stderr']}"
+    return nbformat.read(r["dest"], as_version=4), r["seconds"]
 
 
 # What each lab must show, beyond the bug labs' common facts (checked from the catalogue's own expectations).
@@ -126,13 +102,13 @@ EXTRA = {
 
 
 @pytest.mark.parametrize("path", LABS, ids=[_name(p) for p in LABS])
-def test_lab_runs_and_shows_what_it_teaches(path, kernel, clean):
+def test_lab_runs_and_shows_what_it_teaches(path, clean):
     if _needs_nodes(path):
         from sandbox import nodes
         ok, why = nodes.available()
         if not ok:
             pytest.skip(why)
-    nb, seconds = _execute(path, kernel)
+    nb, seconds = _execute(path)
     print(f"\n{_name(path)}: {seconds:.1f} s")
     slugs = _slugs(nb)
     for slug in slugs:  # a bug lab (its cells tagged per bug where it walks through several)
