@@ -350,7 +350,9 @@ SLOW_MODULES = {"test_docs", "test_browser", "test_labs", "test_hygiene", "test_
                 "test_plugin", "test_warm", "test_readme", "test_flight_offline",
                 # the labs' checks and the build-it-yourself solutions, each on real ranks several times over
                 "test_lab_fixes_core", "test_lab_fixes_primitives", "test_course_ring", "test_course_tp_pp",
-                "test_course_dp_sharding", "test_course_capstone", "test_diagrams"}
+                "test_course_dp_sharding", "test_course_capstone", "test_diagrams",
+                # correct programs that run long on purpose (a false hang needs time to show)
+                "test_correct_long"}
 SLOW_TESTS = {  # single tests elsewhere that start a kernel or measure at length: "module::name"
     "test_api::test_from_a_jupyter_kernel", "test_magic::test_the_magic_in_a_notebook",
     "test_magic::test_ctrl_c_ends_the_run_and_shows_it", "test_lab::test_a_fix_typed_into_a_notebook_cell",

@@ -7,14 +7,11 @@ ping-pong, a slow-but-progressing straggler, lots of output, several groups,
 object collectives, async ops, 4 ranks. The number of ranks is the script's
 `# ranks: N` line. Each is run as a user would: `python -m sandbox.run -n N`.
 """
-import os
 import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "correct_long"
@@ -29,27 +26,11 @@ def ranks_of(script: Path) -> int:
 
 
 def run_sandbox(script: Path, timeout: float = TIMEOUT_S):
-    """Run one script under the sandbox; return (exit code, combined output).
-
-    On timeout the sandbox gets SIGTERM (it ends its run within a second), then
-    SIGKILL; the exit code is then None.
-    """
-    cmd = [sys.executable, "-m", "sandbox.run", "-n", str(ranks_of(script)),
-           "--timeout", str(int(timeout) - 10), str(script.relative_to(ROOT))]
-    env = dict(os.environ, NO_COLOR="1")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, out
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        return None, f"(killed after {timeout} s)\n{out}"
+    """Run one script under the sandbox as `python -m sandbox.run -n N` (answered in-process by its main, which
+    bounds the run with --timeout); return (exit code, combined output)."""
+    p = run_cli("sandbox.run", "-n", str(ranks_of(script)), "--timeout", str(int(timeout) - 10),
+                str(script.relative_to(ROOT)), env={"NO_COLOR": "1"})
+    return p.returncode, p.stdout + p.stderr
 
 
 def headline(out: str) -> str:

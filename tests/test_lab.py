@@ -14,13 +14,6 @@ from conftest import NOTEBOOK_PACKAGES, ROOT, leftovers, need
 from sandbox import lab
 
 
-@pytest.fixture(autouse=True)
-def cold(monkeypatch):
-    """Runs from this test process start their own zygote (as outside Jupyter), whatever was imported before: a
-    warm zygote would outlive each test. The notebook test's kernel is warm, as Jupyter is."""
-    monkeypatch.setenv("SANDBOX_WARM", "0")
-
-
 @pytest.fixture(scope="module")
 def b():
     return lab.Lab("gather-uneven")
@@ -117,7 +110,7 @@ def test_a_fix_typed_into_a_notebook_cell(tmp_path):
              "print(c.verdict, c.ok)"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    env.pop("SANDBOX_WARM")
+    env.pop("SANDBOX_WARM", None)
     client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
     client.execute(env=env)
     html = "".join(o["data"].get("text/html", "") for o in nb.cells[1].outputs if o["output_type"] == "display_data")

@@ -22,12 +22,6 @@ from sandbox import bugs, lab
 from sandbox.result import Diagnosis, RankResult, RunResult
 
 
-@pytest.fixture(autouse=True)
-def cold(monkeypatch):
-    """Runs from this test process start their own zygote (as outside Jupyter): a warm one would outlive each test."""
-    monkeypatch.setenv("SANDBOX_WARM", "0")
-
-
 def plain(html: str) -> str:
     return unescape(re.sub(r"<[^>]+>", " ", html)).strip()
 
@@ -361,7 +355,7 @@ def test_the_api_in_a_notebook(tmp_path):
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    env.pop("SANDBOX_WARM")
+    env.pop("SANDBOX_WARM", None)
     client = NotebookClient(nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(tmp_path)}})
     client.execute(env=env)
 

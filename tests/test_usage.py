@@ -84,7 +84,8 @@ def test_the_cell_is_named_cell_everywhere_warnings_included(capsys, clean):
 
 
 def test_verbose_lines_say_when_they_happened(clean):
-    p = run_cli("sandbox.run", "-n", "2", "-v", os.path.join(EX, "allreduce.py"), env={"SANDBOX_WARM": "0"})  # as a user runs it
+    # cold, as a user runs it: the lines name the zygote started
+    p = run_cli("sandbox.run", "-n", "2", "-v", os.path.join(EX, "allreduce.py"), env={"SANDBOX_WARM": "0"})
     assert p.returncode == 0, p.stderr
     ours = [line for line in p.stderr.splitlines() if line.startswith("sandbox:")]
     assert any("zygote started" in line for line in ours), p.stderr
