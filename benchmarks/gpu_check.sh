@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The acceptance run on a machine with 2+ GPUs and a CUDA build of torch, from the repository root:
+# The acceptance run on a machine with 2+ GPUs and a CUDA build of torch, from the repository root, in one command:
 #   OUT=gpu-check bash benchmarks/gpu_check.sh
-# The whole test suite (CPU tests and the `gpu` ones) in four concurrent pytest sessions (each has its own temp dir
-# and leftover checks; the third and fourth share every test file the first two do not name), the catalogue's CPU runs with the
-# GPUs visible, then every bug's --gpu form, then (with KV=1) kv-sync's exchange on NCCL by size. Each step's output
-# goes to $OUT; the summary lines are printed.
+# It fits in 10 minutes on 4 GPUs and 64 cores. While the whole CPU suite runs in one pytest session spread over
+# JOBS workers (pytest-xdist; default: the cores less 8, at most 32) and the catalogue's CPU runs go beside it, the
+# GPUs run every bug's --gpu form; then the `gpu` tests run alone on the GPUs (one session: two sessions at once would
+# share pytest's numbered temp dirs). With KV=1, kv-sync's exchange on NCCL by size last. Each step's output goes to
+# $OUT; the summary lines are printed, and the exit code is 0 only if every step passed.
 set -u
 # Absolute, so that pytest sessions started in another folder (the plugin's pytester tests) import this tree too.
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
@@ -15,29 +16,31 @@ if ! python -c "import sys, importlib.metadata as m; sys.exit(not any(e.value ==
 fi
 out=${OUT:-gpu-check}
 mkdir -p "$out"
-python -c "import torch; print('torch', torch.__version__, '|', torch.cuda.device_count(), 'GPUs')"
+cores=$(nproc)
+jobs=${JOBS:-$(( cores > 40 ? 32 : (cores > 9 ? cores - 8 : 1) ))}
+python -c "import torch; print('torch', torch.__version__, '|', torch.cuda.device_count(), 'GPUs |', $cores, 'cores')"
 t=(-q -p no:cacheprovider -rs)
-g1=(tests/test_gpu.py tests/test_catalogue.py tests/test_check.py tests/test_layers.py tests/test_diagnose_unit.py)
-g2=(tests/test_hygiene.py tests/test_interrupt.py tests/test_cli.py tests/test_api.py tests/test_warm.py tests/test_magic.py
-    tests/test_lab.py tests/test_labs.py tests/test_docs.py tests/test_browser.py)
-g3=() g4=()
-for f in tests/test_*.py; do   # the rest, dealt alternately to two more sessions (one alone ran past 420 s)
-    [[ " ${g1[*]} ${g2[*]} " == *" $f "* ]] && continue
-    if (( ${#g3[@]} <= ${#g4[@]} )); then g3+=("$f"); else g4+=("$f"); fi
-done
-timeout 420 python -m pytest "${t[@]}" "${g1[@]}" > "$out/pytest-1.txt" 2>&1 &
-timeout 420 python -m pytest "${t[@]}" "${g2[@]}" > "$out/pytest-2.txt" 2>&1 &
-timeout 420 python -m pytest "${t[@]}" "${g3[@]}" > "$out/pytest-3.txt" 2>&1 &
-timeout 420 python -m pytest "${t[@]}" "${g4[@]}" > "$out/pytest-4.txt" 2>&1 &
-timeout 300 python -m sandbox.repro --all > "$out/repro-all.txt" 2>&1
-echo "repro --all: exit $?"
-wait
-for f in "$out"/pytest-*.txt; do echo "$f: $(tail -1 "$f")"; grep -E "^(FAILED|ERROR)" "$f"; done
-timeout 300 python -m sandbox.repro --all --gpu > "$out/repro-all-gpu.txt" 2>&1
-echo "repro --all --gpu: exit $?"
-tail -3 "$out/repro-all.txt"
+start=$SECONDS
+timeout 480 python -m pytest "${t[@]}" -n "$jobs" -m "not gpu" > "$out/pytest-cpu.txt" 2>&1 &
+cpu=$!
+timeout 480 python -m sandbox.repro --all > "$out/repro-all.txt" 2>&1 &
+repro=$!
+timeout 480 python -m sandbox.repro --all --gpu > "$out/repro-all-gpu.txt" 2>&1
+gpu_repro=$?
+wait $repro; cpu_repro=$?
+wait $cpu; cpu_tests=$?
+timeout 300 python -m pytest "${t[@]}" -m gpu > "$out/pytest-gpu.txt" 2>&1
+gpu_tests=$?
+echo "pytest -n $jobs -m 'not gpu': exit $cpu_tests: $(tail -1 "$out/pytest-cpu.txt")"
+grep -E "^(FAILED|ERROR)" "$out/pytest-cpu.txt"
+echo "pytest -m gpu: exit $gpu_tests: $(tail -1 "$out/pytest-gpu.txt")"
+grep -E "^(FAILED|ERROR)" "$out/pytest-gpu.txt"
+echo "repro --all: exit $cpu_repro: $(tail -1 "$out/repro-all.txt")"
+echo "repro --all --gpu: exit $gpu_repro"
 cat "$out/repro-all-gpu.txt"
 if [[ ${KV:-0} == 1 ]]; then
     timeout 240 python benchmarks/nccl_kv_exchange.py --sizes 256,262144,4194304 --json "$out/kv.json" > "$out/kv.txt" 2>&1
     cut -c1-150 "$out/kv.txt"
 fi
+echo "gpu_check: $(( SECONDS - start )) s"
+(( cpu_tests == 0 && gpu_tests == 0 && cpu_repro == 0 && gpu_repro == 0 ))

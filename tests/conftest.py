@@ -344,20 +344,26 @@ def visible_gpus() -> int:
 
 
 # The slow tier, by what a module does: build the site, drive a browser, execute notebooks or cells in real kernels,
-# check what is left behind or what a signal does at every stage, start torchrun, run pytest inside pytest.
+# check what is left behind or what a signal does at every stage, start torchrun, make simulated nodes (a test that
+# asks for the two_nodes fixture, a catalogue bug across nodes), run pytest inside pytest.
 # `pytest -m "not slow"` leaves them out for a quick answer while working; the README's command and CI run all.
 SLOW_MODULES = {"test_docs", "test_browser", "test_labs", "test_hygiene", "test_interrupt", "test_torchrun",
-                "test_plugin", "test_warm", "test_readme", "test_flight_offline",
+                "test_plugin", "test_warm", "test_readme", "test_flight_offline", "test_torchrun_nodes",
                 # the labs' checks and the build-it-yourself solutions, each on real ranks several times over
                 "test_lab_fixes_core", "test_lab_fixes_primitives", "test_course_ring", "test_course_tp_pp",
                 "test_course_dp_sharding", "test_course_capstone", "test_diagrams",
                 # correct programs that run long on purpose (a false hang needs time to show)
-                "test_correct_long"}
-SLOW_TESTS = {  # single tests elsewhere that start a kernel or measure at length: "module::name"
+                "test_correct_long",
+                # simulated nodes (network namespaces; torchrun on them), and the cold start measured on purpose
+                "test_multinode", "test_multinode_bugs", "test_node_faults", "test_fault_runs", "test_startup"}
+SLOW_TESTS = {  # single tests elsewhere that start a kernel, a signal's subject or a script's, or measure at length
     "test_api::test_from_a_jupyter_kernel", "test_magic::test_the_magic_in_a_notebook",
     "test_magic::test_ctrl_c_ends_the_run_and_shows_it", "test_lab::test_a_fix_typed_into_a_notebook_cell",
     "test_startup::test_the_preload_is_what_a_training_script_imports_lazily", "test_bench::test_advice_run",
     "test_contracts::test_no_warning_on_a_long_correct_data_parallel_loop",
+    "test_catalogue::test_ctrl_c_while_the_ranks_start", "test_api::test_from_a_script",
+    "test_lab_api::test_the_api_in_a_notebook",
+    "test_lab_api::test_in_a_notebook_a_check_names_the_cell_and_the_data_dependent_if",
 }
 
 
@@ -375,10 +381,15 @@ def pytest_collection_modifyitems(config, items):
     """`slow` by module (above); `gpu` tests need 2 visible GPUs (one per rank), `no_gpu` tests a machine where
     none is visible; the longest first (FIRST)."""
     items.sort(key=_rank)  # stable: the rest keep their order
+    from sandbox.bugs import registry
+
+    across_nodes = {slug for slug, b in registry().items() if b.nnodes > 1}
     for item in items:
         mod = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if mod in SLOW_MODULES or f"{mod}::{item.originalname}" in SLOW_TESTS:
-            item.add_marker(pytest.mark.slow)
+        params = getattr(item, "callspec", None) and item.callspec.params or {}
+        if mod in SLOW_MODULES or f"{mod}::{item.originalname}" in SLOW_TESTS \
+                or "two_nodes" in getattr(item, "fixturenames", ()) or params.get("slug") in across_nodes:
+            item.add_marker(pytest.mark.slow)  # also: whatever makes simulated nodes (namespaces, torchrun on them)
     gpus = None
     for item in items:
         if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu"):
