@@ -72,13 +72,18 @@ def outcome(t: RankTrack, stopped_for: str | None) -> str:
     if t.ended_by_sandbox:
         # blocked_call: a rank whose stuck call raised only because a peer went away as the sandbox ended the run
         # (ranks are ended one after another) was as hung as the others: judged as from its files offline
-        hung = blocked_call(t) is not None and stopped_for in (HANG, TIMEOUT, "interrupted")
-        return "hung" if hung else "stopped"
+        if blocked_call(t) is not None and stopped_for in (HANG, TIMEOUT, "interrupted"):
+            return "hung"
+        if t.end is None or t.pending is not None:
+            return "stopped"
+        # its own code had ended (its end record is written) and it was running its exit handlers when the sandbox
+        # ended it (a loaded machine can take over a second there): the end record decides, as offline, where
+        # the sandbox's ending is not known
     if t.error is not None:
         return "error"
-    if t.pid is not None:  # live: the exit status decides
+    if t.pid is not None and not t.ended_by_sandbox:  # live: the exit status decides
         return "ok" if t.exit_code == 0 else "stopped" if t.exit_code is None else "crashed"
-    if t.end is not None:  # offline: the end record decides
+    if t.end is not None:  # offline, or ended while it exited: the end record decides
         return "ok" if t.end.get("outcome") == "ok" else "crashed"
     return "hung" if t.pending is not None else "crashed"  # no end: killed inside a call, or died in its own code
 

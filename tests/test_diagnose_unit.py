@@ -463,5 +463,42 @@ def test_a_rank_whose_stuck_call_broke_as_the_sandbox_ended_the_run_is_hung_live
     from sandbox.result import RankResult
     rr = RankResult.from_track(live[1], "hung")
     assert (rr.pending["op"], rr.pending["seq"], rr.error) == ("all_gather", AR["seq"], None)
-    live[1].end["error"]["message"] = "ValueError: bad batch"  # an error of its own: not hung, stopped
-    assert policy.judge(live, policy.HANG).outcomes[1] == "stopped"
+    for ts in (live, offline):  # an error of its own, recorded: not hung, an error
+        ts[1].end["error"]["message"] = "ValueError: bad batch"
+    assert policy.judge(live, policy.HANG).outcomes[1] == policy.judge(offline).outcomes[1] == "error"
+
+
+def test_a_rank_the_sandbox_ended_while_it_exited_is_judged_by_its_end_record_live_as_offline():
+    """exit_code's run under load: rank 0 exits 3; ranks 1 and 2 see their barrier raise, write their error, and are
+    still in their exit handlers a second later, when the failure rule ends them. Live they read 'stopped' and offline
+    'error' (tests/test_offline.py, 3 times in 17 loaded runs): their own code had ended, so the end record decides."""
+    barrier = {"op": "barrier", "gname": "0", "group": [0, 1, 2], "seq": 1}
+
+    def tracks(live):
+        ts = {0: _track(0), 1: _track(1, dict(barrier)), 2: _track(2, dict(barrier))}
+        for r in (1, 2):
+            ts[r].feed({"ev": "exit", "rank": r, "id": 1, "op": "barrier", "t": 3.0,
+                        "error": "RuntimeError: Connection closed by peer"})
+            ts[r].feed({"ev": "end", "rank": r, "outcome": "error", "t": 3.1,
+                        "error": {"type": "RuntimeError", "message": "Connection closed by peer [127.0.0.1]:5"}})
+        if live:
+            for r, t in ts.items():
+                t.pid, t.exit_code = 100 + r, 3 if r == 0 else None
+                t.ended_by_sandbox = r != 0
+        return ts
+    want = {0: "crashed", 1: "error", 2: "error"}
+    assert policy.judge(tracks(True), policy.FAILURE).outcomes == policy.judge(tracks(False)).outcomes == want
+    # a rank that returned and was ended in its exit handlers finished: ok, as its end record says (its value is read)
+    ts = tracks(True)
+    ts[2] = _track(2)
+    ts[2].feed({"ev": "end", "rank": 2, "outcome": "ok", "t": 3.1})
+    ts[2].pid, ts[2].ended_by_sandbox = 102, True
+    assert policy.judge(ts, policy.FAILURE).outcomes[2] == "ok"
+    # one the sandbox ended before its code ended was stopped: in its call, or between the error and its record
+    for r in (1, 2):
+        ts = tracks(True)
+        ts[r].end = None
+        if r == 1:
+            ts[r].feed({"ev": "enter", "rank": r, "id": 2, "t": 3.2, "op": "all_reduce", "gname": "0",
+                        "group": [0, 1, 2], "seq": 2})
+        assert policy.judge(ts, policy.FAILURE).outcomes[r] == "stopped"
