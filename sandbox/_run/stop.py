@@ -58,11 +58,13 @@ class Stopping:
         for t in self._live():  # ended by us, or (not forked yet) never to start
             t.ended_by_sandbox = True
         live = [t for t in self._live() if t.pid]
-        asked = self._signal_flight(live) if why != INTERRUPTED else None  # dumped while the stacks are taken
+        if why != INTERRUPTED:
+            # the recorder dumps first, the stacks after: faulthandler's dump of every thread (SIGUSR1) reads the
+            # other threads' Python frames without the GIL, and the recorder's thread runs Python while it dumps;
+            # asked at once, a rank now and then died of SIGSEGV ("Fatal Python error: Segmentation fault")
+            self._ask_flight(live, FLIGHT_WAIT_S)
         if not stacks_taken:
             self._ask_stacks(live, STACK_WAIT_INTERRUPTED_S if why == INTERRUPTED else STACK_WAIT_S)
-        if asked is not None:
-            self._await_flight(asked, FLIGHT_WAIT_S)
         self._pump(0)
         # every rank frozen first, then killed one by one (so the zygote reaps each and reports its exit status):
         # a rank still running while a peer dies sees the connection close and prints gloo's error about it
