@@ -15,9 +15,10 @@ _CHECKOUT = os.path.exists(os.path.join(PROJECT, "pyproject.toml"))  # not site-
 # the files that stand between a user's code and torch.distributed (the tracer, every file of it; the primitives
 # too: a hang inside reduce_tensor is reported at the user's call of it), the simulated devices (an error their
 # device check raises is reported at the user's op, as a real device's would be) and the catalogue's `init()`
-# helper and rank entry (a bug's init is reported in the bug's module); the bug modules and user code are not.
+# helper and rank entry (a bug's init is reported in the bug's module), and compat.py (a call made through it is
+# reported at the caller's line); the bug modules and user code are not.
 # trace.py: the tracer before it was a package, as a stack read from an older trace directory names it
-_FILES = ("trace.py", "rank.py", "_zygote.py", "launcher.py", "primitives.py", "simulate.py",
+_FILES = ("trace.py", "rank.py", "_zygote.py", "launcher.py", "primitives.py", "simulate.py", "compat.py",
           os.path.join("bugs", "__init__.py"), os.path.join("bugs", "_entry.py"))
 _DIRS = ("trace",)
 PLUMBING_FILES = frozenset(os.path.join(_HERE, f) for f in _FILES)

@@ -26,7 +26,7 @@ def _from_lab(notebook: str, name: str):
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from torch.distributed.nn.functional import all_reduce as differentiable_all_reduce
+    from sandbox.compat import differentiable_all_reduce
 
     nb = nbformat.read(os.path.join(ROOT, "labs", notebook), as_version=4)
     for cell in nb.cells:

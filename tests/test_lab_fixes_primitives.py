@@ -20,7 +20,7 @@ import os
 import pytest
 from conftest import ROOT
 
-from sandbox import lab
+from sandbox import compat, lab
 
 nbformat = pytest.importorskip("nbformat", reason="needs the optional package nbformat (pip install -e '.[dev]')")
 
@@ -45,7 +45,8 @@ def ns():
     import torch
     import torch.distributed as dist
 
-    space = {"os": os, "shutil": shutil, "tempfile": tempfile, "torch": torch, "dist": dist, "lab": lab}
+    space = {"os": os, "shutil": shutil, "tempfile": tempfile, "torch": torch, "dist": dist, "lab": lab,
+             "compat": compat}
     nb = nbformat.read(LAB, as_version=4)
     for cell in nb.cells:
         if cell.cell_type != "code" or cell.source.lstrip().startswith("%"):
@@ -94,7 +95,7 @@ def two_step_answer():
     rank = dist.get_rank()
     row = torch.arange(4) + 10 * rank
     mine = torch.tensor([-1])
-    dist.reduce_scatter_tensor(mine, row)
+    compat.reduce_scatter_single(mine, row)
     pieces = [torch.tensor([-1]) for _ in range(4)]
     dist.all_gather(pieces, mine)
     result = torch.cat(pieces).tolist()

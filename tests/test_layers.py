@@ -93,7 +93,7 @@ LAYERS = [
                                              "sandbox.faults",
                                              "sandbox.contracts", "sandbox.policy"]),
     ("inside a rank", ["sandbox.trace", "sandbox.rank", "sandbox._zygote", "sandbox.preload", "sandbox.simulate",
-                       "sandbox.primitives", "sandbox.models"]),
+                       "sandbox.primitives", "sandbox.models", "sandbox.compat"]),
     ("the engine: start, watch, stop, assemble", ["sandbox.launcher", "sandbox._run", "sandbox.warm",
                                                   "sandbox.agents"]),
     ("drawing a result", ["sandbox.report"]),

@@ -37,6 +37,8 @@ def _chunked_call(op: str, size: int, h: Here) -> Callable[[], object]:
     import torch
     import torch.distributed as dist
 
+    from sandbox import compat
+
     c, n, dev = size // (4 * h.n), h.n, h.dev
     if op == "gather":
         inp = torch.ones(c, device=dev)
@@ -44,12 +46,10 @@ def _chunked_call(op: str, size: int, h: Here) -> Callable[[], object]:
         return lambda: dist.gather(inp, outs, dst=0)
     if op == "all_gather":
         inp, out = torch.ones(c, device=dev), torch.empty(n * c, device=dev)
-        fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        return lambda: fn(out, inp)
+        return lambda: compat.all_gather_single(out, inp)
     if op == "reduce_scatter":
         inp, out = torch.ones(n * c, device=dev), torch.empty(c, device=dev)
-        fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        return lambda: fn(out, inp)
+        return lambda: compat.reduce_scatter_single(out, inp)
     inp, out = torch.ones(n * c, device=dev), torch.empty(n * c, device=dev)  # all_to_all
     return lambda: dist.all_to_all_single(out, inp)
 

@@ -22,7 +22,7 @@ never posted, the sender would never exit: the contract (wait on the request) is
 Run: python -m sandbox.repro isend-unwaited
     broken: ERROR [rank_error]: 2 ranks in 1.23 s
       Rank 1 raised RuntimeError: Read error [127.0.0.1]:47514: Connection reset by peer at
-      sandbox/bugs/isend_unwaited.py:72. Rank 0's isend to rank 1 at sandbox/bugs/isend_unwaited.py:57 was
+      sandbox/bugs/isend_unwaited.py:73. Rank 0's isend to rank 1 at sandbox/bugs/isend_unwaited.py:58 was
       never waited on: rank 0 left with it still pending, which closed the connection rank 1 was receiving on.
       Warnings: async_unwaited, not_destroyed.
       expected: error, error /Connection closed by peer|Connection reset by peer/ -> as documented
@@ -35,6 +35,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from sandbox import compat
 from sandbox.bugs import Bug, Expect, Gpu, init
 
 BUG = Bug(
@@ -51,7 +52,7 @@ BUG = Bug(
 def _exchange(wait_before_leaving):
     device = init(timeout_s=30)  # gloo on CPU; NCCL with --gpu
     rank = dist.get_rank()
-    store = dist.distributed_c10d._get_default_store()
+    store = compat.default_store()  # init_process_group's store: the pid passes outside the trace
     if rank == 0:
         store.set("sender_pid", str(os.getpid()))
         work = dist.isend(torch.arange(4, dtype=torch.float32, device=device), dst=1)

@@ -38,7 +38,7 @@ PRIMITIVES = [
     ("all_gather", "dist.all_gather(out_list, t)", "every rank receives every rank's t, in rank order"),
     ("reduce_scatter", "dist.reduce_scatter(out, in_list)", "rank i receives the sum of everyone's chunk i"),
     ("scatter", "dist.scatter(out, scatter_list, src=0)", "the root hands chunk i of its list to rank i"),
-    ("all_to_all", "dist.all_to_all(out_list, in_list)",
+    ("all_to_all", "dist.all_to_all_single(out, t)",
      "rank i sends its chunk j to rank j and receives everyone's chunk i"),
     ("barrier", "dist.barrier()", "no data moves; no rank leaves until every rank has arrived"),
     ("send_recv", "dist.send(t, dst=1) / dist.recv(t, src=0)",
@@ -126,10 +126,10 @@ def primitives(rank: int) -> dict:
     dist.scatter(o, scatter_list, src=0)
     out["scatter"]["after"] = _flat([o])
 
-    in_list, got = list(_own(rank, CHUNKS).split(1)), [_zeros(1) for _ in range(WORLD)]
-    out["all_to_all"] = {"before": _flat(in_list)}
-    dist.all_to_all(got, in_list)
-    out["all_to_all"]["after"] = _flat(got)
+    t, o = _own(rank, CHUNKS), _zeros(CHUNKS)  # the tensor form: gloo refuses the list form on torch 2.11
+    out["all_to_all"] = {"before": _flat([t])}
+    dist.all_to_all_single(o, t)
+    out["all_to_all"]["after"] = _flat([o])
 
     t = _own(rank, 1)
     out["barrier"] = {"before": _flat([t])}

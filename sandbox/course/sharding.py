@@ -13,8 +13,10 @@ paper's point is that each rank only needs to *update* 1/N of them.
 
 Why padding: a reduce-scatter splits its input into N equal parts, and an all-gather joins N equal parts. A learner
 who splits the flat vector with `tensor_split` gets parts of 117, 117, 117 and 116 numbers for this model's 467
-parameters on 4 ranks, and gloo refuses the first `reduce_scatter_single` on every rank
+parameters on 4 ranks, and gloo refuses the first reduce-scatter on every rank
 (`outputShape[0] * worldSize == inputShape[0] (468 vs. 467)`; rank 3's says 464): `zero_unpadded`, the lab's bug.
+The tensor forms are `compat.reduce_scatter_single` and `compat.all_gather_single`: torch 2.13 renamed them (see
+`sandbox.compat`), and the trace names whichever this torch has.
 Padding the vector with zeros to a multiple of N fixes it; the padding's gradient is zero and it never reaches the
 model.
 
@@ -28,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from sandbox import lab
+from sandbox import compat, lab
 from sandbox.course.data_parallel import setup, weights  # noqa: F401  (the lab calls sh.setup() too)
 
 STEPS = 3
@@ -94,12 +96,12 @@ def zero(steps: int = STEPS, stage: int = 2, measure: bool = False):
         grads[:total] = torch.cat([p.grad.reshape(-1) for p in params])
         model.zero_grad(set_to_none=True)  # the gradient lives in grads now
         mine = torch.empty(size)
-        dist.reduce_scatter_single(mine, grads)  # the sum over ranks of this rank's part
+        compat.reduce_scatter_single(mine, grads)  # the sum over ranks of this rank's part
         if stage == 1:  # ZeRO-1 keeps the whole gradient; ZeRO-2 lets grads go and keeps only its part
             mine = grads[rank * size:(rank + 1) * size].copy_(mine)
         shard.grad = mine.div_(world)
         adam.step()
-        dist.all_gather_single(flat, shard.detach().clone())  # every rank's stepped part, into every rank
+        compat.all_gather_single(flat, shard.detach().clone())  # every rank's stepped part, into every rank
     if measure:
         return memory(params + [shard], adam)
     return weights(model)
@@ -118,10 +120,10 @@ def zero_unpadded(steps: int = STEPS) -> dict:
         loss_fn(model(x), y).backward()
         grads = torch.cat([p.grad.reshape(-1) for p in params])
         mine = torch.empty_like(shard)
-        dist.reduce_scatter_single(mine, grads)  # the sum over ranks of this rank's part
+        compat.reduce_scatter_single(mine, grads)  # the sum over ranks of this rank's part
         shard.grad = mine / world
         adam.step()
-        dist.all_gather_single(flat, shard.detach())  # every rank's stepped part
+        compat.all_gather_single(flat, shard.detach())  # every rank's stepped part
         vector_to_parameters(flat, params)
     return weights(model)
 
@@ -144,8 +146,8 @@ def gather_first(steps: int = STEPS) -> dict:
         grads = torch.zeros(size * world)
         grads[:total] = torch.cat([p.grad.reshape(-1) for p in params])
         mine = torch.empty(size)
-        dist.reduce_scatter_single(mine, grads)
-        dist.all_gather_single(flat, shard.detach().clone())
+        compat.reduce_scatter_single(mine, grads)
+        compat.all_gather_single(flat, shard.detach().clone())
         vector_to_parameters(flat[:total], params)
         shard.grad = mine / world
         adam.step()
@@ -170,7 +172,7 @@ class GatheredLinear(torch.autograd.Function):
         w, _ = layer.gather()  # FIX: gathered again, for this backward only
         grad = torch.cat([(gy.T @ x).reshape(-1), gy.sum(0)])  # dL/dW, dL/db, flat
         mine = torch.empty_like(layer.shard)
-        dist.reduce_scatter_single(mine, layer.padded(grad))  # FIX: the sum over ranks of this rank's shard
+        compat.reduce_scatter_single(mine, layer.padded(grad))  # FIX: the sum over ranks of this rank's shard
         return gy @ w, mine / dist.get_world_size(), None
 
 
@@ -193,7 +195,7 @@ class ShardedLinear(nn.Module):
     def gather(self):
         """(weight, bias) in full, from every rank's shard: an all_gather."""
         flat = torch.empty(self.size * self.world)
-        dist.all_gather_single(flat, self.shard.detach())
+        compat.all_gather_single(flat, self.shard.detach())
         w = flat[:self.out_features * self.in_features].view(self.out_features, self.in_features)
         return w, flat[self.out_features * self.in_features:self.numel]
 
@@ -241,7 +243,7 @@ class KeptLinear(GatheredLinear):
         layer = ctx.layer
         grad = torch.cat([(gy.T @ x).reshape(-1), gy.sum(0)])
         mine = torch.empty_like(layer.shard)
-        dist.reduce_scatter_single(mine, layer.padded(grad))
+        compat.reduce_scatter_single(mine, layer.padded(grad))
         return gy @ w, mine / dist.get_world_size(), None
 
 

@@ -13,7 +13,8 @@ gradients that one all_reduce adds. `torch.distributed.nn.functional.all_reduce`
 the gradient too (right when each rank's loss is a different term of one total loss; here every rank computes
 the same loss from the same y, and every gradient upstream comes out n times too big). Both conventions exist in
 the wild: flash-attention's all_reduce passes the gradient through, and Dao-AILab/flash-attention#1244 asks why it
-differs from torch's.
+differs from torch's. Torch 2.13 deprecates that function (a FutureWarning on every call); the lab and
+`torch_all_reduce_both_ways` call `sandbox.compat.differentiable_all_reduce`, the same thing on every torch.
 
 Here: the model and data (`weights`, `batch`, plain single-process torch), the single-process references the
 lab's checks compare with (`reference`, `reference_forward`: the unsplit MLP's values, each rank's gradient
@@ -193,7 +194,7 @@ def forward_without_all_reduce() -> dict:
 
 def torch_all_reduce_both_ways() -> dict:
     """torch.distributed.nn.functional.all_reduce: right forward, but its backward all-reduces dL/dy too."""
-    from torch.distributed.nn.functional import all_reduce
+    from sandbox.compat import differentiable_all_reduce as all_reduce
     rank, world = setup()
     p = _my_slices(rank, world)
     x, target = batch()

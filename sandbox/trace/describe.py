@@ -13,9 +13,8 @@ import sys
 
 import torch
 import torch.distributed as dist
-from torch.distributed import distributed_c10d as c10d
 
-from sandbox import calls
+from sandbox import calls, compat
 from sandbox._paths import is_plumbing, shown_path
 from sandbox.calls import Op
 
@@ -102,13 +101,13 @@ def group_info(g) -> tuple[str, list[int]] | None:
         if g is None:
             if not dist.is_initialized():
                 return None
-            g = c10d._get_default_group()
+            g = dist.group.WORLD
         hit = groups.get(id(g))
         if hit is not None and hit[0] is g:
             return hit[1], hit[2]
-        if g is c10d.GroupMember.NON_GROUP_MEMBER:
+        if g is dist.GroupMember.NON_GROUP_MEMBER:
             return None
-        info = (g, c10d._get_process_group_name(g), list(dist.get_process_group_ranks(g)))
+        info = (g, g.group_name, list(dist.get_process_group_ranks(g)))
         groups[id(g)] = info
         return info[1], info[2]
     except Exception:  # noqa: BLE001  not a group torch knows (destroyed, or a wrong argument the call will reject)
@@ -119,10 +118,7 @@ def backend_seq(g) -> int | None:
     """The group's own count of collectives so far (c10d's sequence number, which a framework's C++ calls, DDP's
     gradient all_reduces, advance too): where a rank leaves no Flight Recorder dump (it crashed), its Python calls
     are still placed among the others' recorded ones by it. None where the backend keeps none."""
-    try:
-        return (c10d._get_default_group() if g is None else g)._get_sequence_number_for_group()
-    except Exception:  # noqa: BLE001  no default group yet, a wrapped or stand-in backend: no number to give
-        return None
+    return compat.sequence_number(g)
 
 
 def _endpoint(init_method, store) -> str:

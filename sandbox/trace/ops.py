@@ -135,7 +135,7 @@ def install() -> None:
         if getattr(dist, name, None) is fn:
             _patch(dist, name, traced)
         _patch(c10d, name, traced)
-    Work = torch._C._distributed_c10d.Work
+    Work = dist.Work
     if not hasattr(Work.wait, "__sandbox_traced__"):
         _patch(Work, "wait", _wrap_wait(Work.wait))
     DDP = torch.nn.parallel.DistributedDataParallel

@@ -134,7 +134,7 @@ def returned(spec: describe.Spec, call_id: int, ev: dict | None, args: tuple, kw
         if kind == "init":
             done["world_size"] = dist.get_world_size()
             done["group"] = list(range(done["world_size"]))
-            _keep(dist.distributed_c10d._get_default_group())
+            _keep(dist.group.WORLD)
         elif kind == "new_group":
             _keep(out)
             info = describe.group_info(out) if out is not None else None

@@ -45,18 +45,13 @@ def _serve() -> None:
 
 
 def _snapshot():
-    import torch
+    from sandbox import compat
 
-    c10d = torch._C._distributed_c10d
     # without the Python frames: turning them into text imports torch._inductor (seconds, the first time); the
     # tracer's own calls and the rank's stack and traceback give the user's lines (`sandbox.flight_view.merge`)
-    raw = c10d._dump_fr_trace(includeStackTraces=False)
-    if torch.cuda.is_available() and hasattr(c10d, "_dump_nccl_trace"):
-        # NCCL keeps a recorder of its own (its entries carry CUDA events), which the generic dump leaves out
-        # (torch 2.11 on H100s: DDP's all_reduces were in _dump_nccl_trace only)
-        nccl = c10d._dump_nccl_trace(includeCollectives=True, includeStackTraces=False, onlyActive=False)
-        raw = _joined(raw, nccl)
-    return raw
+    raw = compat.flight_recorder()
+    nccl = compat.nccl_recorder()  # NCCL's own recorder, which the generic dump leaves out
+    return raw if nccl is None else _joined(raw, nccl)
 
 
 def _joined(*raws: bytes) -> bytes:

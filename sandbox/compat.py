@@ -1,0 +1,118 @@
+"""Every difference between the torch versions the sandbox supports, and every private name of torch it uses, in
+one place. The rest of the package and the labs call the functions here; tests/test_compat.py holds that no other
+module of sandbox/ or labs/ names what this module wraps, and runs each function on the torch installed.
+
+Supported: torch 2.11, 2.13 and 2.14.1 (pyproject.toml's range). What differs between them:
+
+- The tensor forms of all_gather and reduce_scatter were renamed in 2.13: `dist.all_gather_single` and
+  `dist.reduce_scatter_single` are new there, and the old names, `dist.all_gather_into_tensor` and
+  `dist.reduce_scatter_tensor`, became deprecated aliases (a FutureWarning on every call, then they call the new
+  ones); 2.11 has only the old names. `all_gather_single` and `reduce_scatter_single` here call the newest name
+  this torch has, looked up on `torch.distributed` at every call, so that in a rank the tracer's wrapper is what
+  runs: the trace names the function torch ran (`ALL_GATHER_SINGLE`, `REDUCE_SCATTER_SINGLE`), and the op families
+  (`sandbox.calls`, `sandbox.diagnose.sharding`) hold both names. FSDP2 on 2.13 calls the new names itself.
+- gloo's list form of all_to_all: 2.11 refuses it ("Backend gloo does not support alltoall"); `all_to_all_single`
+  works on every version, so the sandbox's own code uses only that (nothing to wrap).
+- `torch.distributed.nn.functional.all_reduce` (an all_reduce autograd sees through, whose backward all-reduces the
+  gradient too) is deprecated in 2.13 with a FutureWarning on every call. What torch's warning recommends instead,
+  `torch.distributed._functional_collectives.all_reduce`, is private and runs as a C++ op that never passes through
+  `torch.distributed.all_reduce`: the tracer would not see it (no hang diagnosis, no lab rule on it).
+  `differentiable_all_reduce` does exactly what torch's deprecated function does (forward: a sum over the group;
+  backward: the same sum of the gradient) through the public `dist.all_reduce`, on every version; a test compares
+  the two.
+
+Private names, each needed because no public API of these versions gives the same:
+
+- `torch.distributed.distributed_c10d._get_default_store()` (`default_store`): the store `init_process_group` made.
+  Ranks put small facts there (a pid) without a collective, which would be one more call in every trace a lab shows.
+- `ProcessGroup._get_sequence_number_for_group()` (`sequence_number`): the backend's own count of the group's
+  collectives, which C++ callers (DDP's reducer) advance too; it places a crashed rank's Python calls among the
+  Flight Recorder's entries of the others.
+- `torch._C._distributed_c10d._dump_fr_trace`, `_dump_fr_trace_json` and `_dump_nccl_trace` (`flight_recorder`,
+  `flight_recorder_json`, `nccl_recorder`): PyTorch's Flight Recorder. Torch writes a dump by itself only when
+  NCCL's watchdog fires; on gloo, and for a rank that is merely stuck, these calls are the only way to read it.
+  `_dump_nccl_trace` exists only in CUDA builds (2.11's and 2.14.1's here, not the 2.13 CPU wheel).
+
+Private names replaced by public ones (nothing to wrap): `distributed_c10d._get_default_group()` is `dist.group.WORLD`
+(the same object, None before init); `distributed_c10d._get_process_group_name(g)` is `g.group_name` (the name
+torch registered it under, "0" for the default group); `torch._C._distributed_c10d.Work` is `dist.Work` (the same
+class, on every supported version).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+_c10d = torch._C._distributed_c10d
+
+# the names the tensor forms go by on this torch, as the tracer records them
+ALL_GATHER_SINGLE = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+REDUCE_SCATTER_SINGLE = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
+
+
+def all_gather_single(output, input, group=None, async_op=False):
+    """Every rank's `input`, in rank order, into `output` (world size x `input`'s elements): `dist.all_gather_single`
+    on torch 2.13 and later, `dist.all_gather_into_tensor` before."""
+    return getattr(dist, ALL_GATHER_SINGLE)(output, input, group=group, async_op=async_op)
+
+
+def reduce_scatter_single(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    """Part i of every rank's `input`, reduced, into rank i's `output` (`input` holds world size x `output`'s
+    elements): `dist.reduce_scatter_single` on torch 2.13 and later, `dist.reduce_scatter_tensor` before."""
+    return getattr(dist, REDUCE_SCATTER_SINGLE)(output, input, op=op, group=group, async_op=async_op)
+
+
+class _AllReduceBothWays(torch.autograd.Function):
+    """torch.distributed.nn.functional's `_AllReduce` (sum), on the public all_reduce."""
+
+    @staticmethod
+    def forward(ctx, tensor, group):
+        ctx.group = group
+        out = tensor.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _AllReduceBothWays.apply(grad, ctx.group), None
+
+
+def differentiable_all_reduce(tensor, group=None):
+    """The sum of `tensor` over the group, as a new tensor autograd sees through; its backward sums the gradient over
+    the group too. What `torch.distributed.nn.functional.all_reduce(tensor)` returns, without its deprecation."""
+    return _AllReduceBothWays.apply(tensor, group)
+
+
+def default_store():
+    """The store `init_process_group` made (a TCPStore under env:// and tcp://), shared by every rank."""
+    return dist.distributed_c10d._get_default_store()
+
+
+def sequence_number(group=None) -> int | None:
+    """The group's own count of collectives so far (the default group's when None); None before init or where the
+    backend keeps none (a wrapped or stand-in backend)."""
+    try:
+        return (dist.group.WORLD if group is None else group)._get_sequence_number_for_group()
+    except Exception:  # noqa: BLE001  no default group yet, or a backend without the count
+        return None
+
+
+def flight_recorder(stack_traces: bool = False) -> bytes:
+    """This process's Flight Recorder (every backend's but NCCL's own), as the pickle torch writes. Without the
+    calls' Python frames unless asked: turning them into text imports torch._inductor the first time (seconds)."""
+    return _c10d._dump_fr_trace(includeStackTraces=stack_traces)
+
+
+def flight_recorder_json() -> str | None:
+    """The same dump as JSON text; None where this torch has no Flight Recorder to read."""
+    dump = getattr(_c10d, "_dump_fr_trace_json", None)
+    return dump() if dump is not None else None
+
+
+def nccl_recorder() -> bytes | None:
+    """NCCL's own recorder (its entries carry CUDA events; the generic dump leaves them out: torch 2.11 on H100s put
+    DDP's all_reduces there only), as a pickle; None in a build without CUDA or where no GPU is usable."""
+    dump = getattr(_c10d, "_dump_nccl_trace", None)
+    if dump is None or not torch.cuda.is_available():
+        return None
+    return dump(includeCollectives=True, includeStackTraces=False, onlyActive=False)
