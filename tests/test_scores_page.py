@@ -19,12 +19,9 @@ import re
 import statistics
 import sys
 
-import markdown as md
 import pytest
-import yaml
-from mkdocs.utils.meta import get_data
 
-from conftest import ROOT
+from conftest import ROOT, need
 
 SAMPLE = os.path.join(ROOT, "tests", "data", "scores_sample.json")
 PARTS = ("scores-main", "scores-tools", "scores-classes", "scores-cases", "scores-said", "scores-nccl")
@@ -257,6 +254,11 @@ def test_nccl_section_from_its_own_file(tmp_path, sample, corpus):
 def test_the_page_converts_with_the_sites_extensions(tmp_path, sample, corpus):
     """Every marker of docs/scores.md is filled; the markdown converts with mkdocs.yml's extensions into tables
     whose every row has as many cells as the header, and folded blocks per case."""
+    need("mkdocs", "markdown", "yaml", "pymdownx")  # the site's own converter and extensions (the docs extras)
+    import markdown as md
+    import yaml
+    from mkdocs.utils.meta import get_data
+
     source, meta = get_data(open(os.path.join(ROOT, "docs", "scores.md"), encoding="utf-8").read())
     assert meta == {"hide": ["toc"]}  # the wide tables take the table of contents' column
     markers = re.findall(r"<!-- gen: (.+?) -->", source)
@@ -281,6 +283,7 @@ def test_the_page_converts_with_the_sites_extensions(tmp_path, sample, corpus):
 
 
 def test_the_hook_delegates_to_the_page():
+    need("mkdocs")  # docs/hooks.py is an mkdocs hook: it imports mkdocs
     hooks = _docs_module("hooks")
     assert hooks.gen("scores-main") == page.markdown("scores-main")
     with pytest.raises(KeyError):
