@@ -46,12 +46,21 @@ def _groups_of(t: RankTrack) -> dict[str, list[int]]:
 
 
 def reached_by(fr: dict[int, list[dict]]) -> dict[tuple, set[int]]:
-    """(group, seq) -> the ranks whose dumps hold that collective."""
+    """(group, seq) -> the ranks that reached that collective: those whose dumps hold it, and those whose dumps hold
+    only later ones of its group. A recorder keeps its last entries alone (`flight.BUFFER`): a rank that went on to
+    later collectives of a group made this one too, and it fell out of the buffer, which a rank that made one more
+    call since fills up to a later point (else the other rank's oldest entry read as a call nobody met)."""
     out: dict[tuple, set[int]] = {}
+    first: dict[int, dict[str, int]] = {}  # rank -> group -> its dump's oldest collective of the group
     for r, cs in fr.items():
         for c in cs:
             if not c["p2p"]:
                 out.setdefault((c["gname"], c["seq"]), set()).add(r)
+                if isinstance(c["seq"], int) and c["seq"] < first.setdefault(r, {}).get(c["gname"], c["seq"] + 1):
+                    first[r][c["gname"]] = c["seq"]
+    for (g, seq), ranks in out.items():
+        if isinstance(seq, int):
+            ranks.update(r for r, oldest in first.items() if oldest.get(g, seq) > seq)
     return out
 
 

@@ -28,11 +28,15 @@ HANG, FAILURE, TIMEOUT = "hang", "failure", "timeout"
 
 
 def blocked_for(tracks: dict[int, RankTrack], now: float) -> float:
-    """How long every live rank has been inside a distributed call (0 if one is not)."""
+    """How long every live rank has been inside a distributed call, as far as the view shows (0 if one is not).
+
+    A rank is known to be in its call only up to when its state was read (`RankTrack.seen_t`): a running rank may have
+    left the call since, and a view that took seconds to build, or a recorder dump asked for a while ago, says
+    nothing of that time. Where `seen_t` is not set (offline), up to `now`."""
     live = [t for t in tracks.values() if t.exit_code is None]
     if not live or any(t.pending is None for t in live):
         return 0.0
-    return now - max(t.pending["t"] for t in live)
+    return min((now if t.seen_t is None else min(now, t.seen_t)) - t.pending["t"] for t in live)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,10 @@ def decide(tracks: dict[int, RankTrack], now: float, *, elapsed: float, quiet_s:
 
     now: time.time() (the clock of the trace events); elapsed: seconds since the run started; quiet_s: seconds
     since any trace last changed; failed_since: seconds since the first rank exited non-zero (None if none has).
+
+    A hang is only concluded from a view that holds at one moment: no trace changed for `settle` (the traces were
+    read again and nothing had moved; a view read while a rank moved can show it behind calls its peers could not
+    have finished without it), and every rank blocked for `hang_after` by the time its state was read (`blocked_for`).
     """
     live = [t for t in tracks.values() if t.exit_code is None]
     blocked = blocked_for(tracks, now)
@@ -57,7 +65,7 @@ def decide(tracks: dict[int, RankTrack], now: float, *, elapsed: float, quiet_s:
         if live and (failed_since >= settings.hang_after or blocked >= min(settings.peer_report, settings.hang_after)):
             return Decision(FAILURE, f"a rank failed {failed_since:.2f} s ago; ending the ranks still running")
     elif live and blocked > 0 and not progress_possible(tracks):
-        if blocked >= settings.hang_after:
+        if blocked >= settings.hang_after and quiet_s >= settings.settle:
             return Decision(HANG, f"every live rank blocked for {blocked:.2f} s in calls nobody can complete", blocked)
         if quiet_s >= settings.settle and provable_deadlock(tracks):
             return Decision(HANG, f"provable deadlock, {blocked:.2f} s after the last rank blocked", blocked, True)

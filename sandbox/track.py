@@ -15,8 +15,8 @@ MAX_EVENTS = 200_000  # per rank: a long job keeps its most recent calls, not al
 class RankTrack:
     """One rank's state, built from its trace events by `feed` (the only writer of the trace-derived fields).
 
-    The process facts (`pid`, `exit_code`, `exit_t`, `ended_by_sandbox`) are set by the launcher of a live run and
-    stay None/False offline; `stack` is read from the stack file. Outcomes are not stored here: the judge
+    The process facts (`pid`, `exit_code`, `exit_t`, `ended_by_sandbox`, `seen_t`) are set by the launcher of a live
+    run and stay None/False offline; `stack` is read from the stack file. Outcomes are not stored here: the judge
     (`sandbox.policy.judge`) derives them.
     """
 
@@ -39,6 +39,10 @@ class RankTrack:
         self.exit_code: int | None = None
         self.exit_t: float | None = None
         self.ended_by_sandbox = False
+        # when what this track says was last known to be true (time.time()): its trace read to its end, or, for a
+        # call a Flight Recorder dump added, when that dump was asked for. The rank may have moved on since: the hang
+        # rule counts it blocked only up to then (None: offline, the track is all there is)
+        self.seen_t: float | None = None
         self.stack: str | None = None
         # for the contract checks on a run that is over (sandbox.contracts)
         self.p2p_done: dict[tuple, int] = {}     # (direction, peer, tag) -> point-to-point calls that returned

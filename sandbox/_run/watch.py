@@ -1,7 +1,11 @@
 """A run's watch step: read what the zygote says (`sandbox.channel`) and what the ranks trace (`sandbox.events`),
 and ask the watchdog policy (`sandbox.policy.decide`) whether to stop. While every rank is busy in its own code the
 watch reads each rank's last trace line alone, so a traced busy loop costs the parent next to nothing; the traces
-are parsed when the policy is asked."""
+are parsed when the policy is asked.
+
+The policy rules on a view that is true at one moment: each track says when it was read (`RankTrack.seen_t`), and
+the ranks' Flight Recorder dumps, snapshots taken when they were asked for, join the view only while no rank's trace
+has moved since (`_fresh_dumps`); a call a dump added counts as blocked only up to when the dumps were asked for."""
 from __future__ import annotations
 
 import logging
@@ -53,11 +57,14 @@ class Watching:
         self._messages(wait)
         grew = False
         for r, tail in self.tails.items():
+            seen = time.time()
             lines = tail.lines()
+            self.tracks[r].seen_t = seen  # read to its end: the track is true at least as of then
             if lines:
                 grew = True
                 self.raw[r].extend(lines)
                 self.last[r] = lines[-1]
+                self._read_lines[r] = self._read_lines.get(r, 0) + len(lines)
         if parse:
             self._parse()
         for r, tail in self.log_tails.items():
@@ -83,38 +90,83 @@ class Watching:
             return t.pending is not None
         return events.may_block(last)
 
-    def _view(self) -> dict[int, RankTrack]:
+    # Filled as the run is watched (kept here, not in Run.__init__, while the launchers' lifecycles are apart):
+    # rank -> trace lines read so far; rank -> (when its dump now on disk was asked for, its lines read by then)
+    @property
+    def _read_lines(self) -> dict[int, int]:
+        return self.__dict__.setdefault("_read_lines_", {})
+
+    @property
+    def _dump_asked(self) -> dict[int, tuple[float, int]]:
+        return self.__dict__.setdefault("_dump_asked_", {})
+
+    def _view(self, watching: bool = False) -> dict[int, RankTrack]:
         """The tracks as the judge sees them: the tracer's, merged with what the ranks' Flight Recorders saw
-        (`sandbox.flight_view.merge`: the collectives made in C++, by DDP's reducer and the like)."""
+        (`sandbox.flight_view.merge`: the collectives made in C++, by DDP's reducer and the like). While `watching`,
+        dumps join only when fresh (`_fresh_dumps`), and what they add is true only as of when they were asked for."""
+        if watching and not self._fresh_dumps():
+            return self.tracks
         dumps = flight.read_run(self.dir)
-        return flight_view.merge(self.tracks, dumps) if dumps else self.tracks
+        view = flight_view.merge(self.tracks, dumps) if dumps else self.tracks
+        if view is self.tracks:
+            return view
+        live = [r for r in dumps if self.tracks[r].exit_code is None]
+        asked = min((self._dump_asked[r][0] for r in live if r in self._dump_asked), default=None)
+        for r, t in view.items():
+            if t is not self.tracks[r]:
+                t.seen_t = self.tracks[r].seen_t
+                if asked is not None and t.pending is not None and t.pending.get("lens") == "flight":
+                    t.seen_t = asked if t.seen_t is None else min(t.seen_t, asked)  # a call only a dump shows
+        return view
+
+    def _dump_path(self, rank: int) -> str:
+        return os.path.join(self.dir, f"fr-{rank}.pkl")  # `sandbox.trace.recorder` writes it
+
+    def _fresh_dumps(self) -> bool:
+        """May the live ranks' dumps join the view? A dump is a snapshot taken when it was asked for; once a rank
+        has written trace lines since, its dump is behind its trace (a call it shows running has returned, later
+        calls are missing, sequence numbers differ), and a view made of both never held at any one moment. Stale
+        dumps stay out until the traces are quiet again and fresh ones are asked for."""
+        for t in self._live():
+            if os.path.exists(self._dump_path(t.rank)):
+                asked = self._dump_asked.get(t.rank)
+                if asked is None or asked[1] != self._read_lines.get(t.rank, 0):
+                    return False
+        return True
 
     def _ask_flight(self, live: list[RankTrack], wait: float = FLIGHT_WAIT_S) -> None:
         """SIGUSR2 to every live rank: its recorder thread dumps the recorder (`sandbox.trace.recorder`), even while
         the rank is blocked in a collective. Waits, bounded, for the new dumps."""
         self._await_flight(self._signal_flight(live), wait)
 
-    def _signal_flight(self, live: list[RankTrack]) -> tuple[dict, dict]:
+    def _signal_flight(self, live: list[RankTrack]) -> tuple[dict, dict, tuple]:
         """Send the ranks SIGUSR2; returns what `_await_flight` needs to see their new dumps."""
         self._parse()
         live = [t for t in live if t.pid and t.hello and t.hello.get("flight")]  # armed: SIGUSR2 is theirs
-        paths = {t.rank: os.path.join(self.dir, f"fr-{t.rank}.pkl") for t in live}
+        paths = {t.rank: self._dump_path(t.rank) for t in live}
         before = {r: os.stat(p).st_mtime_ns if os.path.exists(p) else 0 for r, p in paths.items()}
+        read = (time.time(), {r: self._read_lines.get(r, 0) for r in paths})  # before the signal: dumps come after
         for t in live:
             if t.pid:
                 try:
                     os.kill(t.pid, signal.SIGUSR2)
                 except ProcessLookupError:  # it ended on its own meanwhile: its own dump is there
                     paths.pop(t.rank, None)
-        return paths, before
+        return paths, before, read
 
-    def _await_flight(self, asked: tuple[dict, dict], wait: float) -> None:
-        paths, before = asked
+    def _await_flight(self, asked: tuple[dict, dict, tuple], wait: float) -> None:
+        paths, before, (when, read) = asked
         deadline = time.monotonic() + wait
+
+        def new(r: int, p: str) -> bool:
+            return os.path.exists(p) and os.stat(p).st_mtime_ns != before[r]
         while paths and time.monotonic() < deadline:
-            if all(os.path.exists(p) and os.stat(p).st_mtime_ns != before[r] for r, p in paths.items()):
+            if all(new(r, p) for r, p in paths.items()):
                 break
             time.sleep(0.01)
+        for r, p in paths.items():
+            if new(r, p):  # taken after the signal, when the rank had written no more than `read[r]` lines
+                self._dump_asked[r] = (when, read[r])
 
     def _calls_of(self, rank: int) -> int:
         """How many traced calls `rank` has entered (for a fault that waits for a rank's k-th call)."""
@@ -152,12 +204,15 @@ class Watching:
             if fail_t is None and not blocked and now - start <= self.settings.timeout and not quiet:
                 continue
             self._parse()
-            if not blocked and (quiet or (fail_t is not None and not asked_on_failure)):
+            # while the view takes calls from dumps, they are true only as of when they were asked for: ask again,
+            # blocked or not, once the traces are quiet (dumps behind the traces are left out of the view meanwhile)
+            on_dumps = quiet and any(os.path.exists(self._dump_path(t.rank)) for t in self._live())
+            if (not blocked or on_dumps) and (quiet or (fail_t is not None and not asked_on_failure)):
                 # the traces are quiet, or a rank failed: some ranks may be blocked where the tracer cannot see
                 # (a collective made in C++, such as DDP's gradient all_reduce): ask their Flight Recorders
                 self._ask_flight(self._live())
                 asked, asked_on_failure = time.monotonic(), fail_t is not None
-            view = self._view()
+            view = self._view(watching=True)
             d = policy.decide(view, time.time(), elapsed=now - start, quiet_s=now - last_change,
                               failed_since=None if fail_t is None else now - fail_t, settings=self.settings)
             if d is not None and view is not self.tracks:
