@@ -79,7 +79,9 @@ def main() -> None:
         signal.signal(signal.SIGTERM, _ending(os.environ.get("SANDBOX_RUN_DIR"),
                                               os.environ.get("SANDBOX_OWNS_DIR") == "1"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with_parent(signal.SIGTERM, parent)
+    # a warm zygote dies at once (SIGTERM waits while torch or the preload is imported with it masked, seconds under
+    # load); each of its runs then ends itself on its own death signal, as a cold zygote does, its run dir removed
+    die_with_parent(signal.SIGKILL if warm else signal.SIGTERM, parent)
 
     with _signals_to_main_thread():
         import torch  # noqa: F401  the one import of torch that every rank shares

@@ -141,7 +141,7 @@ def _launch(fn, args, interrupter: _Interrupter):
     interrupter.start()
     try:
         try:
-            res = launch(fn, world_size=2, args=args, timeout=60)
+            res = launch(fn, world_size=2, args=args, timeout=60, warm=False)  # the stages of a cold start
         finally:
             interrupter.returned.set()
             interrupter.join(timeout=10)
