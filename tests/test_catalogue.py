@@ -55,7 +55,8 @@ def test_variant_behaves_as_documented(slug, variant, clean):
     # a rank busy outside any call (checkpoint-timeout's save) is cited from its stack
     seen |= {f"{_paths.shown_path(m.group(1))}:{m.group(2)}"
              for r in res.ranks for m in re.finditer(r'File "(.+)", line (\d+)', r.stack or "")}
-    assert cited <= seen, f"{slug}'s Run: sample cites {sorted(cited - seen)}, which this run did not report"
+    assert cited <= seen, (f"{slug}'s Run: sample cites {sorted(cited - seen)}, which this run did not report:\n"
+                           f"{res.diagnosis.summary}\nranks with a stack: {[r.rank for r in res.ranks if r.stack]}")
 
 
 def _sample_sites(bug, variant):

@@ -13,7 +13,7 @@ rank 0, the one that caused it, prints nothing: it is still writing.
 
 Root cause: a collective waits for every rank of its group for at most the group's timeout. Rank 0 is not hung and
 not missing: it is running its own code, the save (here `slow_save`, a `torch.save` followed by a sleep that stands
-in for a slow filesystem, 4 s every time), outside any torch.distributed call, while its peers' barrier clock
+in for a slow filesystem, 6 s every time), outside any torch.distributed call, while its peers' barrier clock
 runs. The peers that time out are the symptom; rank 0's save line is the cause.
 
 Fix: agree on a longer wait for the save, on every rank: the fixed variant makes a second group for the checkpoint
@@ -38,7 +38,7 @@ through the store, under the default group's timeout (without that barrier, rank
 got error: wait timeout after 2000ms").
 
 Run: python -m sandbox.repro checkpoint-timeout
-    broken: ERROR [straggler]: 2 ranks in 4.52 s
+    broken: ERROR [straggler]: 2 ranks in 5.28 s
       Not a hang: rank 1 timed out in barrier #4 of group [0, 1] at sandbox/bugs/checkpoint_timeout.py:127
       (Timed out waiting 2000ms for recv operation to complete) while rank 0 was running its own code at
       sandbox/bugs/checkpoint_timeout.py:90 (in slow_save), called from sandbox/bugs/checkpoint_timeout.py:126
@@ -49,7 +49,7 @@ Run: python -m sandbox.repro checkpoint-timeout
       torch.distributed.checkpoint.async_save), or wait with monitored_barrier(timeout=...), whose error names
       the rank to look at.
       expected: error, straggler, culprits [0], error /Timed out waiting \d+ms for recv operation to complete|Watchdog caught collective operation timeout/ -> as documented
-    fixed: OK: 2 ranks in 5.55 s
+    fixed: OK: 2 ranks in 8.60 s
       expected: ok, = single-process reference -> as documented
 """
 import datetime
@@ -75,7 +75,7 @@ BUG = Bug(
     fixed=Expect("ok", matches_reference=True))
 
 PG_TIMEOUT_S = 2.0   # the group's timeout: small so it reproduces in seconds (gloo's default is 30 minutes)
-SLOW_FS_S = 4.0      # how long the save takes: a stand-in for a slow filesystem, the same every time
+SLOW_FS_S = 6.0      # the save (a slow filesystem): rank 0's stack is read ~1.4 s after the timeout, well inside it
 SAVE_TIMEOUT = datetime.timedelta(seconds=60)  # the checkpoint group's timeout: longer than any save here
 
 
