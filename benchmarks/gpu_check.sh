@@ -21,15 +21,15 @@ jobs=${JOBS:-$(( cores > 40 ? 32 : (cores > 9 ? cores - 8 : 1) ))}
 python -c "import torch; print('torch', torch.__version__, '|', torch.cuda.device_count(), 'GPUs |', $cores, 'cores')"
 t=(-q -p no:cacheprovider -rs)
 start=$SECONDS
-timeout 480 python -m pytest "${t[@]}" -n "$jobs" -m "not gpu" > "$out/pytest-cpu.txt" 2>&1 &
+timeout 330 python -m pytest "${t[@]}" -n "$jobs" -m "not gpu" > "$out/pytest-cpu.txt" 2>&1 &
 cpu=$!
-timeout 480 python -m sandbox.repro --all > "$out/repro-all.txt" 2>&1 &
+timeout 330 python -m sandbox.repro --all > "$out/repro-all.txt" 2>&1 &
 repro=$!
-timeout 480 python -m sandbox.repro --all --gpu > "$out/repro-all-gpu.txt" 2>&1
+timeout 330 python -m sandbox.repro --all --gpu > "$out/repro-all-gpu.txt" 2>&1
 gpu_repro=$?
 wait $repro; cpu_repro=$?
 wait $cpu; cpu_tests=$?
-timeout 300 python -m pytest "${t[@]}" -m gpu > "$out/pytest-gpu.txt" 2>&1
+timeout 240 python -m pytest "${t[@]}" -m gpu > "$out/pytest-gpu.txt" 2>&1
 gpu_tests=$?
 echo "pytest -n $jobs -m 'not gpu': exit $cpu_tests: $(tail -1 "$out/pytest-cpu.txt")"
 grep -E "^(FAILED|ERROR)" "$out/pytest-cpu.txt"
