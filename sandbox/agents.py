@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from sandbox import defaults, events, faults as faultlib, flight, flight_view, netns, nodes, policy
+from sandbox import defaults, events, faults as faultlib, flight, flight_view, netns, nodes, policy, rundir
 from sandbox._run import options
 from sandbox._run.assemble import on_nodes
 from sandbox._run.options import Interrupted, UsageError
@@ -96,7 +96,7 @@ class AgentsRun:
             "--rdzv-id", os.path.basename(self.dir), "--max-restarts", str(self.max_restarts),
             "--monitor-interval", "0.5",
             # its own files in the run's directory: by default each agent leaves a torchelastic_* in /tmp
-            "--log-dir", os.path.join(self.dir, f"torchelastic-{node.hostname}"), *worker])
+            "--log-dir", rundir.agent_dir(self.dir, node.hostname), *worker])
 
     def _start_agent(self, i: int) -> None:
         env = ranks_env(self.env, False, self.dir, self.owns_dir, nodes=True)
@@ -109,7 +109,7 @@ class AgentsRun:
         # torchrun's opt-out publishes it in every round.
         env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
         # a node that comes back appends to its log; the first agent starts it afresh (a kept --trace-dir)
-        out = open(os.path.join(self.dir, f"agent-node{i}.log"), "ab" if i in self.agents else "wb")
+        out = open(rundir.agent_log(self.dir, i), "ab" if i in self.agents else "wb")
         try:  # its own session: the sandbox ends an agent with all it started, and a terminal's Ctrl-C is ours
             self.agents[i] = subprocess.Popen(self._agent_argv(self.cluster.node(i)), stdin=subprocess.DEVNULL,
                                               stdout=out, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(),
@@ -141,14 +141,14 @@ class AgentsRun:
         """The workers' tracks from their traces, merged with their Flight Recorder dumps. `watching`: read as the
         run goes (only what was appended since the last look, dumps only when one changed), and as the hang rule
         must see them (`watched`); else read whole, with the stacks, for the report."""
-        if not os.path.exists(os.path.join(self.dir, events.META_FILE)):
+        if not os.path.exists(os.path.join(self.dir, rundir.META)):
             return {}
         if not watching:
             tracks = policy.fill_missing(events.load_dir(self.dir))
             dumps = flight.read_run(self.dir)
             return flight_view.merge(tracks, dumps) if dumps else tracks
         tracks = policy.fill_missing(self.traces.tracks())
-        stamp = _stamps(self.dir, flight.RUN_FILE)
+        stamp = _stamps(self.dir, rundir.FLIGHT)
         if stamp != self.dumps[0]:
             self.dumps = (stamp, flight.read_run(self.dir))
         return watched(flight_view.merge(tracks, self.dumps[1]) if self.dumps[1] else tracks, netns.alive)
@@ -160,7 +160,7 @@ class AgentsRun:
         for t in tracks.values():
             pid = (t.hello or {}).get("pid")
             if t.exit_code is None and pid and t.hello.get("flight"):
-                path = os.path.join(self.dir, f"fr-{t.rank}.pkl")
+                path = rundir.flight(self.dir, t.rank)
                 asked[path] = os.stat(path).st_mtime_ns if os.path.exists(path) else 0
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGUSR2)
@@ -252,14 +252,14 @@ class AgentsRun:
         """How often torchrun restarted the workers: the highest restart count its agents' rendezvous reported."""
         counts = [0]
         for i in range(self.nnodes):
-            text = events.read_text(os.path.join(self.dir, f"agent-node{i}.log"))
+            text = events.read_text(rundir.agent_log(self.dir, i))
             counts += [int(m.group(1)) for m in RESTARTED.finditer(text)]
         return max(counts)
 
     def _value(self, rank: int) -> bytes | None:
         """What a worker left as its value (a catalogue variant run under torchrun: sandbox.bugs._entry), if any."""
         try:
-            with open(os.path.join(self.dir, f"result-{rank}.pkl"), "rb") as f:
+            with open(rundir.result(self.dir, rank), "rb") as f:
                 return f.read()
         except FileNotFoundError:  # a script's worker: scripts return nothing
             return None
@@ -270,7 +270,7 @@ class AgentsRun:
         for r in range(self.n):
             tracks.setdefault(r, events.RankTrack(r))
         j = policy.judge(tracks, self.stopped_for, timeout=self.settings.timeout, blocked_s=self.detect_s)
-        ranks = [RankResult.from_track(t, j.outcomes[r], events.read_text(os.path.join(self.dir, f"rank-{r}.log")),
+        ranks = [RankResult.from_track(t, j.outcomes[r], events.read_text(rundir.log(self.dir, r)),
                                        self._value(r) if j.outcomes[r] == "ok" else None)
                  for r, t in sorted(tracks.items())]
         hosts = [f"node{r // self.per}" for r in range(self.n)]
@@ -286,7 +286,8 @@ class AgentsRun:
         if restarts:
             diag = diag.noted(f"The workers were restarted {restarts} time{'s' if restarts != 1 else ''} by torchrun "
                               f"(--max-restarts {self.max_restarts}); this report is the last attempt's" + (
-                                  "." if self.owns_dir else f", the earlier ones' traces are in {self.dir}/attempts/."))
+                                  "." if self.owns_dir else
+                                  f", the earlier ones' traces are in {os.path.join(self.dir, rundir.ATTEMPTS)}/."))
         codes = {i: a.returncode for i, a in self.agents.items()}
         if j.verdict == "ok" and any(c not in (0, None) for c in codes.values()):
             diag = diag.noted("torchrun's agents exited with " + ", ".join(f"node{i}: {c}" for i, c in codes.items()))

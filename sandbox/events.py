@@ -68,8 +68,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
+from sandbox import rundir
 # the op table and what a call is: `sandbox.calls` decides; re-exported for the readers of tracks
 from sandbox.calls import (COLLECTIVES, MATCH_FIELDS, RECVS, SENDS, UNEVEN, is_collective, op_of,  # noqa: F401
                            p2p_direction, p2p_ops)
@@ -78,8 +78,7 @@ from sandbox.track import RankTrack
 
 FORMAT = "dist-sandbox-trace"
 FORMAT_VERSION = 1
-META_FILE = "meta.json"
-TRACE_FILE = re.compile(r"rank-(\d+)\.jsonl")
+META_FILE, TRACE_FILE = rundir.META, rundir.TRACE  # the run directory's names are `sandbox.rundir`'s
 
 
 class FormatError(ValueError):
@@ -194,7 +193,7 @@ def load_dir(path: str) -> dict[int, "RankTrack"]:
                         t.feed(ev)
         except OSError:
             continue
-        t.stack = read_text(os.path.join(path, f"stack-{t.rank}.txt")) or None
+        t.stack = read_text(rundir.stack(path, t.rank)) or None
         tracks[t.rank] = t
     return tracks
 

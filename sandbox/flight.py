@@ -20,13 +20,13 @@ import os
 import pickle
 import re
 
-from sandbox import _paths
+from sandbox import _paths, rundir
 
 ENV = "TORCH_FR_BUFFER_SIZE"      # torch records when this is set (gloo and NCCL)
 BUFFER = "2000"                   # the sandbox's ranks keep the last 2000 calls
 OFF = "SANDBOX_FLIGHT"            # "0": the sandbox leaves the recorder off in its ranks
 PREFIX = "nccl_trace_rank_"       # torch's default file prefix for dumps (TORCH_FR_DUMP_TEMP_FILE)
-RUN_FILE = re.compile(r"fr-(\d+)\.pkl")  # a sandbox rank's own dump in its run directory
+RUN_FILE = rundir.FLIGHT           # a sandbox rank's own dump in its run directory
 SYNTHETIC_ID = 1_000_000_000      # ids of the calls the recorder adds (above any the tracer gives)
 
 # the backend's names for ops, where they are not torch.distributed's function names

@@ -19,7 +19,7 @@ import signal
 import sys
 import traceback
 
-from sandbox import _paths, trace
+from sandbox import _paths, rundir, trace
 from sandbox._proc import die_with_parent
 from sandbox.trace import recorder
 
@@ -93,7 +93,7 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
     run_dir, ws = spec["run_dir"], spec["world_size"]
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    log = os.open(os.path.join(run_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log = os.open(rundir.log(run_dir, rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
@@ -105,11 +105,11 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
     per = spec.get("nproc_per_node") if nodes else None
     os.environ.update(torchrun_env(rank, ws, port, spec["run_id"], nproc_per_node=per,
                                    master_addr=nodes[0]["hostname"] if nodes else "127.0.0.1"))
-    stack = open(os.path.join(run_dir, f"stack-{rank}.txt"), "w")
+    stack = open(rundir.stack(run_dir, rank), "w")
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a fatal signal leaves its Python stack in the log
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     armed = recorder.arm(run_dir, rank)  # before the user's code creates a group: the recorder reads its size then
-    trace.start(os.path.join(run_dir, f"rank-{rank}.jsonl"), rank, world_size=ws, local_rank=rank % (per or ws),
+    trace.start(rundir.trace(run_dir, rank), rank, world_size=ws, local_rank=rank % (per or ws),
                 flight=armed)
     code = run_target(spec, rank)
     try:
@@ -172,7 +172,7 @@ def run_target(spec: dict, rank: int) -> int:
         try:
             import cloudpickle  # a value may be an instance of a class typed into a notebook cell
 
-            with open(os.path.join(spec["run_dir"], f"result-{rank}.pkl"), "wb") as f:
+            with open(rundir.result(spec["run_dir"], rank), "wb") as f:
                 cloudpickle.dump(result, f)
         except Exception as e:  # noqa: BLE001  the rank's work is done: an unpicklable value is reported, not a failure
             print(f"sandbox: the return value of rank {rank} could not be pickled: {e}", file=sys.stderr)

@@ -7,7 +7,6 @@ Run with `-v` (or `logging.getLogger("sandbox").setLevel(logging.INFO)`) to see 
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import signal
 import subprocess
@@ -17,7 +16,7 @@ import time
 import uuid
 from typing import Callable
 
-from sandbox import defaults, faults as faultlib, policy
+from sandbox import defaults, faults as faultlib, policy, rundir
 from sandbox import warm as zygotes
 from sandbox._run import options
 from sandbox._run.assemble import Assembling
@@ -78,10 +77,10 @@ class Run(Starting, Watching, Stopping, Assembling):
         # --debug OFF: PyTorch's default, whatever this process's environment says
         self.env_unset = ("TORCH_DISTRIBUTED_DEBUG",) if debug is not None and not self.env_extra else ()
         self.tracks = {r: RankTrack(r) for r in range(world_size)}
-        self.tails = {r: Tail(os.path.join(self.dir, f"rank-{r}.jsonl")) for r in range(world_size)}
+        self.tails = {r: Tail(rundir.trace(self.dir, r)) for r in range(world_size)}
         self.raw: dict[int, list[bytes]] = {r: [] for r in range(world_size)}
         self.last: dict[int, bytes] = {r: b"" for r in range(world_size)}
-        self.log_tails = {r: Tail(os.path.join(self.dir, f"rank-{r}.log")) for r in range(world_size)} \
+        self.log_tails = {r: Tail(rundir.log(self.dir, r)) for r in range(world_size)} \
             if on_output else {}
         self.proc: zygotes.Handle | None = None
         self.warm = zygotes.default() if warm is None else bool(warm)

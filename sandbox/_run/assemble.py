@@ -8,7 +8,7 @@ import os
 import re
 import time
 
-from sandbox import events, faults, policy, words
+from sandbox import events, faults, policy, rundir, words
 from sandbox._run.watch import INTERRUPTED
 from sandbox.result import Diagnosis, RankResult, RunResult
 
@@ -30,7 +30,7 @@ class Assembling:
         """Ranks that never reported an exit, a zygote that never said done, nobody stopped them: the zygote died."""
         lost = [t.rank for t in self.tracks.values() if t.exit_code is None and not t.ended_by_sandbox]
         if self.fatal is None and self.stopped_for is None and lost and not self.zygote_done:
-            zlog = self._read("zygote.log", 4000).strip().splitlines()
+            zlog = self._read(rundir.ZYGOTE_LOG, 4000).strip().splitlines()
             last = zlog[-1] if zlog else "no message"
             self.fatal = {"fatal": f"the process that starts the ranks died early ({last})",
                           "traceback": "\n".join(zlog[-40:])}
@@ -40,18 +40,18 @@ class Assembling:
         ranks = []
         for r, t in sorted(self.tracks.items()):
             value = None
-            path = os.path.join(self.dir, f"result-{r}.pkl")
+            path = rundir.result(self.dir, r)
             if outcomes[r] == "ok" and os.path.exists(path):
                 with open(path, "rb") as f:
                     value = f.read()
-            output = self._read(f"rank-{r}.log")
+            output = events.read_text(rundir.log(self.dir, r))
             if not output and t.hello is None and t.exit_code not in (None, 0):
                 # it failed before it could open its own log: what it said went to the zygote's
-                zlog = self._read("zygote.log") if zlog is None else zlog
+                zlog = self._read(rundir.ZYGOTE_LOG) if zlog is None else zlog
                 output = zlog
             ranks.append(RankResult.from_track(t, outcomes[r], output, value))
         if self.fatal is not None and self.stopped_for != INTERRUPTED:
-            zlog = self._read("zygote.log") if zlog is None else zlog
+            zlog = self._read(rundir.ZYGOTE_LOG) if zlog is None else zlog
             ranks = [dataclasses.replace(rr, error={"type": "start", "message": self.fatal["fatal"]},
                                          output=rr.output or zlog) for rr in ranks]
         return ranks
@@ -81,7 +81,7 @@ class Assembling:
         self._pump(0)
         self._note_early_death()
         for t in self.tracks.values():
-            t.stack = self._read(f"stack-{t.rank}.txt", skip=self.stack_from.get(t.rank, 0)) or None
+            t.stack = self._read(rundir.stack(self.dir, t.rank), skip=self.stack_from.get(t.rank, 0)) or None
         self.tracks = self._view()  # with the collectives the ranks' Flight Recorders saw (sandbox.flight)
         j = policy.judge(self.tracks, self.stopped_for, timeout=self.settings.timeout, blocked_s=self.detect_s)
         verdict, diag = j.verdict, j.diagnosis

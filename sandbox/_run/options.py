@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shutil
 import signal
 
+from sandbox import rundir
+
 MAX_WORLD_SIZE = 128
-# the files a run writes into its directory: a fresh run removes stale ones, which would be read as its own
-RUN_FILE = re.compile(r"(rank-\d+\.(jsonl|log)|stack-\d+\.txt|result-\d+\.pkl|fr-\d+\.pkl|zygote\.log|spec\.pkl"
-                      r"|meta\.json|agent-node\d+\.log)")
-RUN_DIRS = re.compile(r"attempts|torchelastic-node\d+")  # torchrun's earlier attempts, its agents' own files
 
 
 class UsageError(ValueError):
@@ -44,14 +41,15 @@ def check(world_size, hang_after, timeout, pg_timeout, env) -> None:
 
 
 def trace_dir(path: str) -> str:
-    """A directory the caller keeps the run's traces in: made if need be, emptied of an earlier run's files."""
+    """A directory the caller keeps the run's traces in: made if need be, emptied of an earlier run's files (those
+    `sandbox.rundir` names: a user's own files stay)."""
     try:
         os.makedirs(path, exist_ok=True)
         for name in os.listdir(path):
             full = os.path.join(path, name)
-            if RUN_FILE.fullmatch(name) and os.path.isfile(full):
+            if rundir.RUN_FILE.fullmatch(name) and os.path.isfile(full):
                 os.unlink(full)
-            elif RUN_DIRS.fullmatch(name) and os.path.isdir(full):
+            elif rundir.RUN_DIRS.fullmatch(name) and os.path.isdir(full):
                 shutil.rmtree(full)
     except OSError as e:
         raise UsageError(f"cannot use {path} as the trace directory: {e.strerror or e}.") from None

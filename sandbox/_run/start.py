@@ -6,6 +6,7 @@ import logging
 import os
 import pickle
 
+from sandbox import rundir
 from sandbox import warm as zygotes
 from sandbox.channel import Channel
 
@@ -39,10 +40,10 @@ class Starting:
     def _start(self) -> None:
         env = ranks_env(self.env_extra, self.spec["gpu"], self.dir, self.owns_dir, self.env_unset,
                         nodes=bool(self.spec["nodes"]))
-        spec_path = os.path.join(self.dir, "spec.pkl")
+        spec_path = os.path.join(self.dir, rundir.SPEC)
         with open(spec_path, "wb") as f:  # a file, not a pipe: writing it can never block on the zygote
             pickle.dump(self.spec, f)
-        log_path = os.path.join(self.dir, "zygote.log")
+        log_path = os.path.join(self.dir, rundir.ZYGOTE_LOG)
         if self.warm:
             self.proc = zygotes.fork_run(env, spec_path, log_path, interrupted=lambda: bool(self.held))
             log.info("run forked by the warm zygote (pid %d) for %d ranks, run directory %s", self.proc.pid, self.n,

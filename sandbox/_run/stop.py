@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 
+from sandbox import rundir
 from sandbox._run.watch import FLIGHT_WAIT_S, INTERRUPTED, STACK_WAIT_S
 from sandbox.events import RankTrack
 
@@ -87,7 +88,7 @@ class Stopping:
                 os.kill(t.pid, signal.SIGUSR1)
             except ProcessLookupError:  # it ended on its own meanwhile: nothing to ask
                 pass
-        paths = {t.rank: os.path.join(self.dir, f"stack-{t.rank}.txt") for t in live}
+        paths = {t.rank: rundir.stack(self.dir, t.rank) for t in live}
         sizes: dict = {}
         deadline = time.monotonic() + wait
         while paths and time.monotonic() < deadline:

@@ -15,7 +15,7 @@ import time
 
 import dataclasses
 
-from sandbox import events, faults, flight, flight_view, policy
+from sandbox import events, faults, flight, flight_view, policy, rundir
 from sandbox.events import RankTrack
 
 log = logging.getLogger("sandbox.launcher")
@@ -120,7 +120,7 @@ class Watching:
         return view
 
     def _dump_path(self, rank: int) -> str:
-        return os.path.join(self.dir, f"fr-{rank}.pkl")  # `sandbox.trace.recorder` writes it
+        return rundir.flight(self.dir, rank)  # `sandbox.trace.recorder` writes it
 
     def _fresh_dumps(self) -> bool:
         """May the live ranks' dumps join the view? A dump is a snapshot taken when it was asked for; once a rank
@@ -236,7 +236,7 @@ class Watching:
             return True
         log.info("%s, but a call returned while the stacks were taken: watching on", d.reason)
         self.stack_from = {r: os.path.getsize(p) for r in self.tracks
-                           if os.path.exists(p := os.path.join(self.dir, f"stack-{r}.txt"))}
+                           if os.path.exists(p := rundir.stack(self.dir, r))}
         return False
 
     def _confirmed(self, blocked: dict[int, int]) -> bool:

@@ -7,6 +7,8 @@ import os
 import pickle
 import sys
 
+from sandbox import rundir
+
 
 def run(module: str, variant: str, kwargs: dict, fix: bytes | None = None) -> dict:
     mod = importlib.import_module(module)
@@ -26,7 +28,7 @@ def main(argv: list[str]) -> int:
     put theirs, `result-<RANK>.pkl` in the run's directory, so both launchers are judged alike."""
     module, variant, kwargs = argv[0], argv[1], json.loads(argv[2])
     out = run(module, variant, kwargs)
-    with open(os.path.join(os.environ["SANDBOX_RUN_DIR"], f"result-{os.environ['RANK']}.pkl"), "wb") as f:
+    with open(rundir.result(os.environ["SANDBOX_RUN_DIR"], int(os.environ["RANK"])), "wb") as f:
         pickle.dump(out, f)
     return 0
 

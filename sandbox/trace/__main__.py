@@ -19,13 +19,11 @@ import sys
 import threading
 import time
 
-from sandbox import defaults
+from sandbox import defaults, rundir
 from sandbox import rank as rank_runner
 from sandbox import trace
 from sandbox.trace import recorder
 
-
-ATTEMPT_FILES = ("rank-{r}.jsonl", "fr-{r}.pkl", "stack-{r}.txt", "rank-{r}.log")
 
 
 def keep_attempt(trace_dir: str, rank: int) -> str:
@@ -33,14 +31,14 @@ def keep_attempt(trace_dir: str, rank: int) -> str:
     this rank has none yet; every rank restarts together, so attempt k holds the same run for all). Each rank moves
     only its own files, so workers starting at once never race. Returns the folder."""
     k = 0
-    while os.path.exists(os.path.join(trace_dir, "attempts", str(k), f"rank-{rank}.jsonl")):
+    while os.path.exists(rundir.trace(rundir.attempt(trace_dir, k), rank)):
         k += 1
-    dest = os.path.join(trace_dir, "attempts", str(k))
+    dest = rundir.attempt(trace_dir, k)
     os.makedirs(dest, exist_ok=True)
-    meta = os.path.join(trace_dir, "meta.json")
-    if os.path.exists(meta) and not os.path.exists(os.path.join(dest, "meta.json")):
+    meta = os.path.join(trace_dir, rundir.META)
+    if os.path.exists(meta) and not os.path.exists(os.path.join(dest, rundir.META)):
         shutil.copy(meta, dest)  # so `sandbox.diagnose attempts/<k>` reads it as any trace directory
-    for name in ATTEMPT_FILES:
+    for name in rundir.RANK_FILES:
         src = os.path.join(trace_dir, name.format(r=rank))
         if os.path.exists(src):
             os.replace(src, os.path.join(dest, name.format(r=rank)))
@@ -70,10 +68,10 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     os.makedirs(a.trace_dir, exist_ok=True)
-    if os.path.exists(os.path.join(a.trace_dir, f"rank-{rank}.jsonl")):
+    if os.path.exists(rundir.trace(a.trace_dir, rank)):
         keep_attempt(a.trace_dir, rank)  # torchrun restarted the workers: the trace dir holds the last attempt
     if a.rank_log:
-        out = os.open(os.path.join(a.trace_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        out = os.open(rundir.log(a.trace_dir, rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(out, 1)
@@ -84,15 +82,17 @@ def main(argv: list[str]) -> int:
     watch = os.environ.get(defaults.WATCH_PID_ENV)
     if watch:  # started after arm: a thread inherits its mask, and SIGUSR2 is the recorder's
         threading.Thread(target=_end_with, args=(int(watch),), daemon=True).start()
-    trace.start(os.path.join(a.trace_dir, f"rank-{rank}.jsonl"), rank,
-                world_size=int(os.environ.get("WORLD_SIZE", "1")), local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-                group_rank=os.environ.get("GROUP_RANK"),
-                launcher="torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "?", flight=armed)
-    # torchrun ends its workers with SIGTERM: leave the Python stack behind first, even if blocked inside gloo
-    stack = open(os.path.join(a.trace_dir, f"stack-{rank}.txt"), "w")
+    # torchrun ends its workers with SIGTERM: leave the Python stack behind first, even if blocked inside gloo.
+    # Before the first trace line, as in a sandbox rank: the launcher asks a worker it has seen for its stack
+    # (SIGUSR1), which would end one that had no handler yet
+    stack = open(rundir.stack(a.trace_dir, rank), "w")
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     faulthandler.register(signal.SIGTERM, file=stack, all_threads=True, chain=True)
     faulthandler.enable(file=sys.stderr)
+    trace.start(rundir.trace(a.trace_dir, rank), rank,
+                world_size=int(os.environ.get("WORLD_SIZE", "1")), local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+                group_rank=os.environ.get("GROUP_RANK"),
+                launcher="torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "?", flight=armed)
     target = ({"kind": "module", "name": a.target, "argv": a.args} if a.module else
               {"kind": "script", "path": a.target, "argv": a.args})
     try:

@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 
-from sandbox import flight
+from sandbox import flight, rundir
 
 _where: tuple[str, int] | None = None
 _lock = threading.Lock()
@@ -83,7 +83,7 @@ def dump(final: bool = False) -> None:
     if _where is None:
         return
     directory, rank = _where
-    path = os.path.join(directory, f"fr-{rank}.pkl")
+    path = rundir.flight(directory, rank)
     with _lock:
         if _final:
             return
