@@ -233,7 +233,7 @@ def run(spec_path: str, parent: int) -> None:
                 listener.close()
                 os.close(PROTO_FD)
                 if nodes:  # into its node before anything of the rank's runs (single-threaded: just forked)
-                    nodes[r // spec["nproc_per_node"]].enter()
+                    nodes[spec["topology"].node_of(r)].enter()
                 rank_mod.main(spec, r, port, zygote=me)  # ends the process itself once the user's code has run
             except BaseException:  # noqa: BLE001  the rank could not set itself up (log, stack file, tracer): say why
                 # fd 2 is the rank's log if it could be opened (the launcher shows it as the rank's output), else

@@ -38,6 +38,7 @@ from sandbox._run.options import Interrupted, UsageError
 from sandbox._run.start import ranks_env
 from sandbox._run.stop import noted_signals
 from sandbox.result import RankResult, RunResult
+from sandbox.topology import Topology, hostname
 
 log = logging.getLogger("sandbox.launcher")
 
@@ -66,6 +67,7 @@ class AgentsRun:
         if wrong:
             raise UsageError(wrong)
         self.target, self.n, self.nnodes, self.per = target, world, nnodes, nproc_per_node
+        self.topology = Topology(nnodes=nnodes, per_node=nproc_per_node, by_hostname=True)
         self.max_restarts = max_restarts
         self.settings = policy.Settings(hang_after=float(hang_after), timeout=float(timeout))
         self.node_options, self.faults = dict(node_options or {}), list(faults)
@@ -186,11 +188,11 @@ class AgentsRun:
             if first_end is not None and now - first_end > AGENTS_GRACE_S:
                 # the job is over (torchrun gave up, or finished without them): the agents left are waiting for a
                 # rendezvous that will not come, as a node that rejoined after the others stopped would
-                waiting = [f"node{i}" for i in self.agents if i not in ended]
+                waiting = [hostname(i) for i in self.agents if i not in ended]
                 self.schedule.injected.append({"t": time.time(), "elapsed": now - t0, "node": None, "kind": "end",
                                       "what": f"the torchrun agent on {', '.join(waiting)} was still running "
                                               f"{AGENTS_GRACE_S:g} s after the one on "
-                                              f"{', '.join(f'node{i}' for i in ended)} ended; the sandbox ended it"})
+                                              f"{', '.join(hostname(i) for i in ended)} ended; the sandbox ended it"})
                 return self._stop("agents")
             grown = sum(len(t.events) for t in tracks.values())
             if grown != size:
@@ -273,12 +275,11 @@ class AgentsRun:
         ranks = [RankResult.from_track(t, j.outcomes[r], events.read_text(rundir.log(self.dir, r)),
                                        self._value(r) if j.outcomes[r] == "ok" else None)
                  for r, t in sorted(tracks.items())]
-        hosts = [f"node{r // self.per}" for r in range(self.n)]
-        ranks = [rr if rr.host else _with_host(rr, hosts[rr.rank]) for rr in ranks]
+        ranks = [rr if rr.host else _with_host(rr, self.topology.host_of(rr.rank)) for rr in ranks]
         diag = j.diagnosis
         killed = [f for f in injected if f["kind"] == "kill"]
         if j.verdict != "ok" and killed and self.stopped_for != "interrupted":
-            diag = faultlib.node_failure(killed[-1], diag, ranks, self.per, after="With --max-restarts 0 torchrun "
+            diag = faultlib.node_failure(killed[-1], diag, ranks, self.topology, after="With --max-restarts 0 torchrun "
                                          "does not restart the workers: the work since the last checkpoint is lost."
                                          if self.max_restarts == 0 else "")
         diag = on_nodes(faultlib.stated(diag, injected, self.schedule.faults if self.schedule else []), ranks)
@@ -290,7 +291,7 @@ class AgentsRun:
                                   f", the earlier ones' traces are in {os.path.join(self.dir, rundir.ATTEMPTS)}/."))
         codes = {i: a.returncode for i, a in self.agents.items()}
         if j.verdict == "ok" and any(c not in (0, None) for c in codes.values()):
-            diag = diag.noted("torchrun's agents exited with " + ", ".join(f"node{i}: {c}" for i, c in codes.items()))
+            diag = diag.noted("torchrun's agents exited with " + ", ".join(f"{hostname(i)}: {c}" for i, c in codes.items()))
         evs = sorted((e for t in tracks.values() for e in t.events), key=lambda e: e.get("t", 0))
         evs += [f for f in injected if f.get("label")]  # what the timeline draws
         return RunResult(verdict=j.verdict, world_size=self.n, wall_s=wall, diagnosis=diag, ranks=ranks, events=evs,

@@ -14,6 +14,7 @@ from typing import Callable
 
 from sandbox import words
 from sandbox.result import Diagnosis
+from sandbox.topology import Topology, hostname
 
 FORM = re.compile(r"^(\d+)@(?:(\d+(?:\.\d+)?)s|rank(\d+):(\d+))(?:\+(\d+(?:\.\d+)?)s)?$")
 KINDS = ("kill", "link-down")
@@ -98,7 +99,7 @@ class Schedule:
             if not due:
                 continue
             self.faults.remove(f)
-            name = f"node{f.node}"
+            name = hostname(f.node)
             if f.kind == "kill":
                 pids = self.cluster.kill_node(f.node)
                 what = f"{name} was killed {f.when(call)} ({len(pids)} processes){self.after_kill}"
@@ -118,34 +119,35 @@ class Schedule:
                               "what": what, **more})
 
 
-def node_failure(kill: dict, diag: Diagnosis, ranks: list, per_node: int, *, after: str = "") -> Diagnosis:
+def node_failure(kill: dict, diag: Diagnosis, ranks: list, nodes: Topology, *, after: str = "") -> Diagnosis:
     """A node killed by the sandbox, and the run did not get over it: the dead node is the cause, whatever its peers
-    did next (they lost their connections, or were ended mid-call). `ranks`: the RankResults; `after`: a sentence
-    on what the launcher did about it."""
-    name = f"node{kill['node']}"
-    # where each rank said it ran (torchrun orders nodes by name, so node10 comes before node2), else by count
-    dead = [rr.rank for rr in ranks if rr.host == name] or \
-        list(range(kill["node"] * per_node, (kill["node"] + 1) * per_node))
+    did next (they lost their connections, or were ended mid-call). `ranks`: the RankResults; `nodes`: the run's
+    topology; `after`: a sentence on what the launcher did about it."""
+    name = hostname(kill["node"])
+    # where each rank said it ran, else where the run's topology put it
+    dead = [rr.rank for rr in ranks if rr.host == name] or nodes.ranks_on(kill["node"])
     peers = [rr.rank for rr in ranks if rr.rank not in dead and str(rr.outcome) != "ok"]
-    cause = (f"Node{kill['node']} died: killed {kill['when']}, taking {words.ranks(dead)} with it, and the job "
+    cause = (f"{name.capitalize()} died: killed {kill['when']}, taking {words.ranks(dead)} with it, and the job "
              f"could not go on without them")
     cause += f"; {words.ranks(peers)} then failed or were ended, a consequence." if peers else "."
     if after:
         cause += " " + after
     return Diagnosis(kind="node_failure", cause=cause, culprit_ranks=dead,
-                     details={**diag.details, "node": f"node{kill['node']}", "rules_said": diag.summary})
+                     details={**diag.details, "node": name, "rules_said": diag.summary})
 
 
 def stated(diag: Diagnosis, injected: list[dict], pending: list[Fault] = ()) -> Diagnosis:
     """The diagnosis with every fault that was injected said in a note (the one it already blames excepted), and
     every fault still `pending` when the run ended (it never came due)."""
     for f in injected:
-        if not (f["kind"] == "kill" and diag.kind == "node_failure" and diag.details.get("node") == f"node{f['node']}"):
+        blamed = f["kind"] == "kill" and diag.kind == "node_failure" and diag.details.get("node") == hostname(f["node"])
+        if not blamed:
             diag = diag.noted(f"{f['what'][0].upper()}{f['what'][1:]}.")
     for f in pending:
         if f.kind == "link-up":
-            diag = diag.noted(f"Node{f.node}'s link was still down when the run ended.")
+            diag = diag.noted(f"{hostname(f.node).capitalize()}'s link was still down when the run ended.")
         else:
             what = "to be killed" if f.kind == "kill" else "to lose its link"
-            diag = diag.noted(f"Node{f.node} was {what} {f.when()}; the run ended first, and it never was.")
+            diag = diag.noted(f"{hostname(f.node).capitalize()} was {what} {f.when()}; the run ended first, and it "
+                              f"never was.")
     return diag

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 
 from sandbox import netns as ns
+from sandbox.topology import hostname
 from sandbox.netns import available, cleanup_stale, leftovers  # noqa: F401  (re-exported: the nodes' API)
 
 log = logging.getLogger("sandbox.nodes")
@@ -69,7 +70,7 @@ def _check(rc: int, what: str) -> None:
 @dataclass(frozen=True, kw_only=True)
 class Node:
     index: int
-    hostname: str  # node<i>, what socket.gethostname() says inside
+    hostname: str  # what socket.gethostname() says inside (`sandbox.topology.hostname`)
     address: str   # on the cluster's bridge; the hostname resolves to it on every node
     netns: str     # the namespace's name, as `ip netns list` shows it
 
@@ -190,7 +191,7 @@ class Cluster:
             if self.slot is None:
                 raise RuntimeError(f"all {MAX_SLOTS} cluster subnets are in use; see `ip netns list`")
             base = self.subnet.rsplit(".", 1)[0]
-            self.nodes = [Node(index=i, hostname=f"node{i}", address=f"{base}.{i + 1}",
+            self.nodes = [Node(index=i, hostname=hostname(i), address=f"{base}.{i + 1}",
                                netns=f"{ns.PREFIX}-{self.owner_pid}-{self.slot}-n{i}") for i in range(self.nnodes)]
             ns.ip(batch=[f"netns add {name}" for name in self.names()])  # from here on the names hold the slot
             os.close(lock)

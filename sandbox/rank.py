@@ -19,8 +19,9 @@ import signal
 import sys
 import traceback
 
-from sandbox import _paths, rundir, trace
+from sandbox import _paths, rundir, topology, trace
 from sandbox._proc import die_with_parent
+from sandbox.topology import Topology
 from sandbox.trace import recorder
 
 _prepared: dict = {}
@@ -60,17 +61,17 @@ def prepare(spec: dict) -> None:
         _prepared["args"], _prepared["kwargs"] = pickle.loads(target["payload"])
 
 
-def torchrun_env(rank: int, world_size: int, port: int, run_id: str, *, nproc_per_node: int | None = None,
+def torchrun_env(rank: int, world_size: int, port: int, run_id: str, *, nodes: Topology | None = None,
                  master_addr: str = "127.0.0.1") -> dict[str, str]:
-    """The variables torchrun gives each worker: of a single-node job by default; with `nproc_per_node` of a job
-    whose ranks fill nodes in order, `nproc_per_node` each (ranks 0..P-1 on node 0), with its master on
-    `master_addr` (node 0's hostname), and NODE_RANK too: the node's index as `torchrun --node-rank` was given it,
-    which multi-node scripts read (a one-node job's environment stays torchrun's own)."""
-    per = world_size if nproc_per_node is None else nproc_per_node
-    node, local = divmod(rank, per)
-    return ({"NODE_RANK": str(node)} if nproc_per_node is not None else {}) | {
+    """The variables torchrun gives each worker: of a single-node job by default; on simulated `nodes` of a job
+    whose ranks fill them as the run's topology says (ranks 0..P-1 on node 0), with its master on `master_addr`
+    (node 0's hostname), and NODE_RANK too: the node's index as `torchrun --node-rank` was given it, which
+    multi-node scripts read (a one-node job's environment stays torchrun's own)."""
+    topo = nodes or topology.single(world_size)
+    node, local, per = topo.group_rank(rank), topo.local_rank(rank), topo.per_node
+    return ({"NODE_RANK": str(node)} if nodes is not None else {}) | {
         "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": str(per), "GROUP_RANK": str(node), "GROUP_WORLD_SIZE": str(world_size // per),
+        "LOCAL_WORLD_SIZE": str(per), "GROUP_RANK": str(node), "GROUP_WORLD_SIZE": str(topo.nnodes),
         "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(world_size), "ROLE_NAME": "default",
         "MASTER_ADDR": master_addr, "MASTER_PORT": str(port),
         "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
@@ -102,15 +103,15 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")
     os.environ.update(spec.get("env") or {})
     nodes = spec.get("nodes")
-    per = spec.get("nproc_per_node") if nodes else None
-    os.environ.update(torchrun_env(rank, ws, port, spec["run_id"], nproc_per_node=per,
+    topo = spec["topology"] if nodes else None
+    os.environ.update(torchrun_env(rank, ws, port, spec["run_id"], nodes=topo,
                                    master_addr=nodes[0]["hostname"] if nodes else "127.0.0.1"))
     stack = open(rundir.stack(run_dir, rank), "w")
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a fatal signal leaves its Python stack in the log
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     armed = recorder.arm(run_dir, rank)  # before the user's code creates a group: the recorder reads its size then
-    trace.start(rundir.trace(run_dir, rank), rank, world_size=ws, local_rank=rank % (per or ws),
-                flight=armed)
+    trace.start(rundir.trace(run_dir, rank), rank, world_size=ws,
+                local_rank=(topo or topology.single(ws)).local_rank(rank), flight=armed)
     code = run_target(spec, rank)
     try:
         sys.stdout.flush()

@@ -86,9 +86,9 @@ def test_the_cycle_finder_finds_a_cycle():
 # longest listed prefix (`sandbox.trace` holds `sandbox.trace.ops`); every module must be placed.
 LAYERS = [
     ("foundations: torch-free facts and plumbing",
-     ["sandbox._paths", "sandbox.rundir", "sandbox.defaults", "sandbox.calls", "sandbox.track", "sandbox.events",
-      "sandbox.flight", "sandbox.flight_view", "sandbox.flight_offline", "sandbox._proc", "sandbox.channel", "sandbox.netns",
-      "sandbox.nodes"]),
+     ["sandbox._paths", "sandbox.rundir", "sandbox.topology", "sandbox.defaults", "sandbox.calls", "sandbox.track",
+      "sandbox.events", "sandbox.flight", "sandbox.flight_view", "sandbox.flight_offline", "sandbox._proc",
+      "sandbox.channel", "sandbox.netns", "sandbox.nodes"]),
     ("words and the one judge: torch-free", ["sandbox.words", "sandbox.branches", "sandbox.result", "sandbox.diagnose",
                                              "sandbox.faults",
                                              "sandbox.contracts", "sandbox.policy"]),

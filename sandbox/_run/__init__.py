@@ -27,6 +27,7 @@ from sandbox._run.watch import INTERRUPTED, Watching
 from sandbox.channel import Channel
 from sandbox.events import RankTrack, Tail
 from sandbox.result import Diagnosis, RankResult, RunResult
+from sandbox.topology import Topology
 
 
 class Run(Starting, Watching, Stopping, Assembling):
@@ -69,7 +70,8 @@ class Run(Starting, Watching, Stopping, Assembling):
         self.spec = {"target": target, "world_size": world_size, "run_dir": self.dir, "gpu": gpu, "init": init,
                      "backend": backend, "pg_timeout_s": float(pg_timeout), "env": dict(env or {}),
                      "run_id": "sandbox-" + uuid.uuid4().hex[:8], "sys_path": list(sys.path),
-                     "preload": list(preload), "nproc_per_node": world_size // nnodes, "nodes": []}
+                     "preload": list(preload), "nodes": [],
+                     "topology": Topology(nnodes=nnodes, per_node=world_size // nnodes)}
         self.nnodes, self.node_options = nnodes, dict(node_options or {})
         self.cluster = None  # the simulated nodes (several only), made when the run starts
         self.faults, self.schedule = list(faults), None

@@ -61,9 +61,8 @@ class Assembling:
         the run put it on."""
         if not self.spec.get("nodes"):
             return ranks
-        per = self.spec["nproc_per_node"]
-        return [rr if rr.host else dataclasses.replace(rr, host=self.spec["nodes"][rr.rank // per]["hostname"])
-                for rr in ranks]
+        topo = self.spec["topology"]
+        return [rr if rr.host else dataclasses.replace(rr, host=topo.host_of(rr.rank)) for rr in ranks]
 
     def _named(self, diag: Diagnosis, ranks: list[RankResult], verdict: str) -> Diagnosis:
         """Several nodes: the nodes named beside the ranks, and the faults injected stated (a killed node that
@@ -73,7 +72,7 @@ class Assembling:
         injected = self.schedule.injected if self.schedule is not None else []
         killed = [f for f in injected if f["kind"] == "kill"]
         if verdict != "ok" and killed and self.stopped_for != INTERRUPTED:
-            diag = faults.node_failure(killed[-1], diag, ranks, self.spec["nproc_per_node"])
+            diag = faults.node_failure(killed[-1], diag, ranks, self.spec["topology"])
         return on_nodes(faults.stated(diag, injected, self.schedule.faults if self.schedule is not None else []),
                         ranks)
 
