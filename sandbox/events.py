@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from sandbox import rundir
 # the op table and what a call is: `sandbox.calls` decides; re-exported for the readers of tracks
@@ -238,11 +239,13 @@ class DirTail:
     """Every rank's track of a trace directory that ranks are still writing, kept up to date by reading only the
     lines appended since the last look (`load_dir` reads everything again: a long run's watcher would spend its
     time parsing). A rank's file that was replaced (torchrun restarted the workers, and each moved its earlier
-    attempt away) is read from its start into a fresh track; one that is gone is dropped."""
+    attempt away) is read from its start into a fresh track; one that is gone is dropped. `read[rank]` counts the
+    lines read of the rank's files, every attempt's, and each track's `seen_t` says when it was last read to its end."""
 
     def __init__(self, path: str):
         self.path = path
         self.files: dict[int, tuple[int, Tail, RankTrack]] = {}  # rank -> (inode, its tail, its track)
+        self.read: dict[int, int] = {}
 
     def tracks(self) -> dict[int, RankTrack]:
         """The tracks now, rank by rank (a new dict each time; the tracks themselves are kept and fed)."""
@@ -262,7 +265,11 @@ class DirTail:
                 if known is not None:
                     known[1].close()
                 known = self.files[rank] = (inode, Tail(full), RankTrack(rank))
-            for line in known[1].lines():
+            now = time.time()
+            lines = known[1].lines()
+            known[2].seen_t = now  # read to its end: the track is true at least as of then
+            self.read[rank] = self.read.get(rank, 0) + len(lines)
+            for line in lines:
                 ev = parse(line)
                 if ev is not None:  # a torn line of a killed rank, or junk, is skipped
                     known[2].feed(ev)

@@ -9,11 +9,12 @@ One zygote process imports torch once and forks every rank (see `sandbox._zygote
 all with one signal, and the zygote and ranks die by themselves if the parent dies (PR_SET_PDEATHSIG).
 
 The parent never imports torch. This module is the door: what to run (a function, by name or by value; a script; a
-module) and the errors a caller sees. The run itself is `sandbox._run.Run`, in steps: `start` the zygote; `watch` the
-zygote's pipe (`sandbox.channel`) and the ranks' trace files (`sandbox.events`), asking the watchdog policy
-(`sandbox.policy.decide`) whether to stop; `stop` (ask every live rank for its Python stack with SIGUSR1, then end
-it) and reap (every exit reported, nothing of ours left); `assemble` the result, whose verdict comes from
-`sandbox.policy.judge`. Run with `-v` (or `logging.getLogger("sandbox").setLevel(logging.INFO)`) to see each step.
+module) and the errors a caller sees. The run itself is `sandbox._run.Run`: the one run lifecycle
+(`sandbox._run.lifecycle`, which `--launcher torchrun` shares) over the zygote (`sandbox._run.zygote`). In steps:
+start the zygote; `watch` its pipe (`sandbox.channel`) and the ranks' trace files (`sandbox.events`), asking the
+watchdog policy (`sandbox.policy.decide`) whether to stop; `stop` (ask every live rank for its Python stack with
+SIGUSR1, then end it) and reap (every exit reported, nothing of ours left); `assemble` the result, whose verdict comes
+from `sandbox.policy.judge`. Run with `-v` (or `logging.getLogger("sandbox").setLevel(logging.INFO)`) to see each step.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Callable
 
 from sandbox import _paths
 from sandbox._run import Run
-from sandbox._run.options import MAX_WORLD_SIZE, Interrupted, UsageError
+from sandbox._run.options import MAX_WORLD_SIZE, Interrupted, UsageError, script_target
 from sandbox.result import RunResult
 
 __all__ = ["MAX_WORLD_SIZE", "Interrupted", "Run", "UsageError", "launch", "run_script"]
@@ -79,10 +80,4 @@ def launch(fn: Callable, world_size: int = 4, args: tuple = (), kwargs: dict | N
 def run_script(path: str, argv: list[str] | tuple = (), world_size: int = 4, module: bool = False,
                **options) -> RunResult:
     """Run a script (or with module=True a module, like `python -m`) as `world_size` ranks, torchrun-style."""
-    if module:
-        target = {"kind": "module", "name": path, "argv": list(argv)}
-    else:
-        if not os.path.isfile(path):
-            raise UsageError(f"no such script: {path}")
-        target = {"kind": "script", "path": os.path.abspath(path), "argv": list(argv)}
-    return Run(target, world_size, **options).run()
+    return Run(script_target(path, argv, module), world_size, **options).run()

@@ -107,30 +107,36 @@ def test_a_call_that_fell_out_of_a_peers_recorder_was_reached_by_that_peer():
 
 
 def test_the_watch_leaves_out_dumps_a_rank_has_written_trace_lines_since(tmp_path):
-    """The watcher's side (`sandbox._run.watch`): dumps join the view only while no live rank has written a trace
-    line since they were asked for, and a call only a dump shows is seen only as of that ask. (Part 4's loop: dumps
-    asked for while the loop ran untraced were merged into the view of the traced segment after it, where the
-    calls they showed running had long returned and the tracer's calls took no number from them.)"""
-    from sandbox._run.watch import Watching
+    """The watcher's side (`sandbox._run.watch`, the lifecycle both launchers share): dumps join the view only while
+    no live rank has written a trace line since they were asked for, and a call only a dump shows is seen only as
+    of that ask. (Part 4's loop: dumps asked for while the loop ran untraced were merged into the view of the traced
+    segment after it, where the calls they showed running had long returned and the tracer's calls took no number
+    from them.)"""
+    from sandbox._run.lifecycle import Lifecycle
+    from sandbox._run.zygote import ZygoteProcs
+    from sandbox.topology import Topology
 
-    class Watch(Watching):
-        def __init__(self, tracks):
-            self.dir, self.tracks = str(tmp_path), tracks
+    class Ranks(ZygoteProcs):  # two ranks the zygote's backend knows, no zygote, nothing more to read
+        def poll(self, wait):
+            return False
 
+    life = Lifecycle(topology=Topology(nnodes=1, per_node=2), hang_after=1.0, timeout=300.0, trace_dir=str(tmp_path))
+    life.procs = Ranks(life, {}, warm=False, env_extra={})
+    tracks = life.procs.ranks
+    for r in (0, 1):
+        tracks[r] = _live(r)
+        tracks[r].feed({"ev": "enter", "rank": r, "id": 2, "t": 1.0, "op": "barrier", "seq": 1, "site": "job.py:3",
+                        **G})
+        tracks[r].feed({"ev": "exit", "rank": r, "id": 2, "op": "barrier", "t": 1.1})
+        tracks[r].seen_t = 20.0
+    life.procs.read.update({0: 3, 1: 3})
     for r, last in ((0, "scheduled"), (1, "completed")):  # rank 0 was inside #3 when its dump was taken
         entries = [_entry(1, 11.0), _entry(2, 12.0), _entry(3, 13.0, state=last)]
         (tmp_path / f"fr-{r}.pkl").write_bytes(pickle.dumps(_dump(entries, completed=2 if r == 0 else 3)))
-    tracks = {r: _live(r) for r in (0, 1)}
-    for t in tracks.values():
-        t.feed({"ev": "enter", "rank": t.rank, "id": 2, "t": 1.0, "op": "barrier", "seq": 1, "site": "job.py:3", **G})
-        t.feed({"ev": "exit", "rank": t.rank, "id": 2, "op": "barrier", "t": 1.1})
-        t.seen_t = 20.0
-    w = Watch(tracks)
-    w._read_lines.update({0: 3, 1: 3})
-    w._await_flight(({r: w._dump_path(r) for r in (0, 1)}, {0: 0, 1: 0}, (13.5, {0: 3, 1: 3})), 0)
-    view = w._view(watching=True)
-    assert view is not tracks and view[0].pending["seq"] == 3 and view[0].seen_t == 13.5
+        life.dump_asked[r] = (13.5, 3)  # asked for at 13.5, when each rank's trace had 3 lines (what _ask_flight notes)
+    view, merged = life._view()
+    assert merged and view[0].pending["seq"] == 3 and view[0].seen_t == 13.5
     assert view[1].seen_t == 20.0 and view[1].pending is None
-    w._read_lines[1] = 5  # rank 1 wrote two lines since: the dumps are behind its trace
-    assert w._view(watching=True) is tracks
-    assert w._view() is not tracks  # the final judgement still reads them (the run is over, they are its last)
+    life.procs.read[1] = 5  # rank 1 wrote two lines since: the dumps are behind its trace
+    view, merged = life._view()
+    assert not merged and view is tracks

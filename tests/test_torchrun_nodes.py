@@ -153,6 +153,8 @@ def test_ctrl_c_under_torchrun_leaves_nothing(clean, tmp_path):
                               signal_after=(signal.SIGINT, ready))
     assert p.returncode == 130, err
     assert "INTERRUPTED" in out
+    # the workers it ended were stopped, as under the sandbox's own launcher (once: crashed, from their files alone)
+    assert re.search(r"^0 \(node0\)\s+stopped\b", out, re.M) and re.search(r"^1 \(node1\)\s+stopped\b", out, re.M), out
     assert nodes.leftovers(p.pid) == []
 
 
@@ -183,7 +185,7 @@ def test_fault_forms(kind, text, fault):
 
 
 def test_a_mismatch_under_torchrun_is_named_with_each_ranks_stack(clean):
-    p, out, err = sandbox_run("--launcher", "torchrun", "--nnodes", "2", "--nproc-per-node", "2", "--json",
+    p, out, err = sandbox_run("--launcher", "torchrun", "--nnodes", "2", "--nproc-per-node", "2", "--json", "-v",
                               os.path.join(ROOT, "examples", "mismatch.py"))
     assert p.returncode == 1, err
     d = json.loads(out)
@@ -191,7 +193,12 @@ def test_a_mismatch_under_torchrun_is_named_with_each_ranks_stack(clean):
     assert "rank 2 (node1) calls broadcast" in d["diagnosis"]["summary"]
     # the sandbox asked every hung worker for its Python stack before ending the nodes
     assert all("mismatch.py" in (r["stack"] or "") for r in d["ranks"]), [r["stack"] for r in d["ranks"]]
+    # a deadlock the traces prove is confirmed before it is named, as under the sandbox's own launcher: the stacks
+    # taken, the workers still in the same calls (the torchrun launcher once named it at once)
+    assert "provable deadlock" in err and "confirming while the stacks are taken" in err, err
+    assert err.index("confirming while the stacks are taken") < err.index("stopping the run: provable deadlock")
     assert nodes.leftovers(p.pid) == []
+
 
 
 def test_ddps_cpp_all_reduce_is_seen_under_torchrun_through_the_flight_recorder(clean):

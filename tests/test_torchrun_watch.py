@@ -134,3 +134,46 @@ def test_the_watch_reads_what_was_appended_and_a_restarted_ranks_file_afresh(tmp
     again = tail.tracks()[0]
     assert again is not first[0] and again.hello["pid"] == 2 and len(again.events) == 1
     tail.close()
+
+
+def test_the_workers_the_sandbox_ended_are_stopped_or_hung_not_crashed(tmp_path):
+    """One lifecycle: when the sandbox stops a run under torchrun (a timeout here), the workers it ends are judged as
+    under its own launcher: one busy in its own code was stopped, the ones inside a call were hung, and the run timed
+    out. From their files alone the busy one died (no end, no call) and the run read as a crash."""
+    import json
+    import os
+
+    from sandbox import events, rundir
+    from sandbox.topology import Topology
+
+    events.write_meta(str(tmp_path))
+    barrier = {"op": "barrier", "gname": "0", "group": [0, 1, 2, 3], "seq": 1}
+    for r in range(4):
+        t = _worker(r, os.getpid(), call=INIT, at=1.0)  # a live process: the workers run until the sandbox ends them
+        evs = t.events + [{"ev": "exit", "rank": r, "id": 1, "t": 2.0}]
+        if r:
+            evs.append({"ev": "enter", "rank": r, "id": 2, "t": 3.0, "site": "train.py:31", **barrier})
+        with open(rundir.trace(str(tmp_path), r), "w") as f:
+            f.writelines(json.dumps(e) + "\n" for e in evs)
+
+    class Cluster:  # the nodes: what `end` kills (nothing here runs)
+        killed: list = []
+
+        def kill_node(self, i):
+            self.killed.append(i)
+
+    class Life:
+        dir, n, schedule, cluster = str(tmp_path), 4, None, Cluster()
+        topology = Topology(nnodes=2, per_node=2, by_hostname=True)
+
+    procs = agents.TorchrunProcs(Life(), {"kind": "script", "path": "train.py", "argv": []}, 0, {}, ())
+    procs.poll(0)
+    live = [t for t in procs.watched(procs.tracks()).values() if t.exit_code is None]
+    assert [t.rank for t in live] == [0, 1, 2, 3] and all(t.hello for t in live)
+    assert policy.judge(procs.final(), policy.TIMEOUT).verdict == "crash"  # what the files alone say
+    procs.end(live, policy.TIMEOUT)
+    assert Life.cluster.killed == [0, 1]
+    j = policy.judge(procs.final(), policy.TIMEOUT, timeout=15.0)
+    assert j.verdict == policy.TIMEOUT
+    assert j.outcomes == {0: "stopped", 1: "hung", 2: "hung", 3: "hung"}
+    procs.traces.close()

@@ -26,6 +26,16 @@ class Interrupted(KeyboardInterrupt):
         self.signal = signum
 
 
+def script_target(path: str, argv=(), module: bool = False) -> dict:
+    """What the ranks run for a script (or with `module`, a module, like `python -m`), under either launcher: one
+    sentence if the script is not there."""
+    if module:
+        return {"kind": "module", "name": path, "argv": list(argv)}
+    if not os.path.isfile(path):
+        raise UsageError(f"no such script: {path}")
+    return {"kind": "script", "path": os.path.abspath(path), "argv": list(argv)}
+
+
 def check(world_size, hang_after, timeout, pg_timeout, env) -> None:
     """One sentence (UsageError) for the first option out of bounds."""
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:

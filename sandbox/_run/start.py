@@ -1,16 +1,8 @@
-"""A run's first step: write its spec and get its zygote, a cold one (a new process that imports torch) or a fork of
-this process's warm one (`sandbox.warm`). The ranks' environment is decided here."""
+"""The ranks' environment, decided here for both launchers: the zygote's ranks (`sandbox._run.zygote`) and
+torchrun's agents and their workers (`sandbox.agents`)."""
 from __future__ import annotations
 
-import logging
 import os
-import pickle
-
-from sandbox import rundir
-from sandbox import warm as zygotes
-from sandbox.channel import Channel
-
-log = logging.getLogger("sandbox.launcher")
 
 
 def ranks_env(env_extra: dict, gpu: bool, run_dir: str, owns_dir: bool, unset: tuple = (),
@@ -33,23 +25,3 @@ def ranks_env(env_extra: dict, gpu: bool, run_dir: str, owns_dir: bool, unset: t
     env.update(SANDBOX_PARENT_PID=str(os.getpid()), SANDBOX_RUN_DIR=run_dir, SANDBOX_OWNS_DIR="1" if owns_dir else "0")
     return env
 
-
-class Starting:
-    """The start step of `sandbox._run.Run`."""
-
-    def _start(self) -> None:
-        env = ranks_env(self.env_extra, self.spec["gpu"], self.dir, self.owns_dir, self.env_unset,
-                        nodes=bool(self.spec["nodes"]))
-        spec_path = os.path.join(self.dir, rundir.SPEC)
-        with open(spec_path, "wb") as f:  # a file, not a pipe: writing it can never block on the zygote
-            pickle.dump(self.spec, f)
-        log_path = os.path.join(self.dir, rundir.ZYGOTE_LOG)
-        if self.warm:
-            self.proc = zygotes.fork_run(env, spec_path, log_path, interrupted=lambda: bool(self.held))
-            log.info("run forked by the warm zygote (pid %d) for %d ranks, run directory %s", self.proc.pid, self.n,
-                     self.dir)
-        else:
-            env["SANDBOX_SPEC"] = spec_path
-            self.proc = zygotes.cold(env, log_path)
-            log.info("zygote started (pid %d) for %d ranks, run directory %s", self.proc.pid, self.n, self.dir)
-        self.channel = Channel(self.proc.fd)
