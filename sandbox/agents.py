@@ -42,7 +42,7 @@ from sandbox._run.options import UsageError
 from sandbox._run.procs import Procs, pid_of
 from sandbox._run.watch import ABANDONED
 from sandbox._run.start import ranks_env
-from sandbox.result import Diagnosis, RunResult
+from sandbox.result import Diagnosis, RunResult, Verdict
 from sandbox.topology import Topology, hostname
 
 log = logging.getLogger("sandbox.launcher")
@@ -234,7 +234,7 @@ class TorchrunProcs(Procs):
                                   "." if life.owns_dir else
                                   f", the earlier ones' traces are in {os.path.join(life.dir, rundir.ATTEMPTS)}/."))
         codes = {i: a.returncode for i, a in self.agents.items()}
-        if verdict == "ok" and any(c not in (0, None) for c in codes.values()):
+        if verdict == Verdict.OK and any(c not in (0, None) for c in codes.values()):
             diag = diag.noted("torchrun's agents exited with " + ", ".join(f"{hostname(i)}: {c}"
                                                                          for i, c in codes.items()))
         return diag

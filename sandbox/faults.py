@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from sandbox import words
-from sandbox.result import Diagnosis
+from sandbox.result import Diagnosis, Kind
 from sandbox.topology import Topology, hostname
 
 FORM = re.compile(r"^(\d+)@(?:(\d+(?:\.\d+)?)s|rank(\d+):(\d+))(?:\+(\d+(?:\.\d+)?)s)?$")
@@ -132,7 +132,7 @@ def node_failure(kill: dict, diag: Diagnosis, ranks: list, nodes: Topology, *, a
     cause += f"; {words.ranks(peers)} then failed or were ended, a consequence." if peers else "."
     if after:
         cause += " " + after
-    return Diagnosis(kind="node_failure", cause=cause, culprit_ranks=dead,
+    return Diagnosis(kind=Kind.NODE_FAILURE, cause=cause, culprit_ranks=dead,
                      details={**diag.details, "node": name, "rules_said": diag.summary})
 
 
@@ -140,8 +140,8 @@ def stated(diag: Diagnosis, injected: list[dict], pending: list[Fault] = ()) -> 
     """The diagnosis with every fault that was injected said in a note (the one it already blames excepted), and
     every fault still `pending` when the run ended (it never came due)."""
     for f in injected:
-        blamed = f["kind"] == "kill" and diag.kind == "node_failure" and diag.details.get("node") == hostname(f["node"])
-        if not blamed:
+        if not (f["kind"] == "kill" and diag.kind == Kind.NODE_FAILURE
+                and diag.details.get("node") == hostname(f["node"])):
             diag = diag.noted(f"{f['what'][0].upper()}{f['what'][1:]}.")
     for f in pending:
         if f.kind == "link-up":

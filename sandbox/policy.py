@@ -12,7 +12,7 @@ from sandbox import contracts
 from sandbox.diagnose import (blocked_call, diagnose_failure, diagnose_hang, diagnose_interrupted, diagnose_timeout,
                               lost_peer, progress_possible, provable_deadlock)
 from sandbox.events import RankTrack
-from sandbox.result import Diagnosis
+from sandbox.result import Diagnosis, Kind, Verdict
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,8 @@ class Settings:
     timeout: float = 300.0       # the whole run
 
 
-HANG, FAILURE, TIMEOUT = "hang", "failure", "timeout"
+HANG, FAILURE, TIMEOUT = "hang", "failure", "timeout"  # why the sandbox stops a run
+INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: the run's verdict is that
 
 
 def blocked_for(tracks: dict[int, RankTrack], now: float) -> float:
@@ -98,7 +99,7 @@ def outcome(t: RankTrack, stopped_for: str | None) -> str:
 
 @dataclass
 class Judgement:
-    verdict: str
+    verdict: Verdict
     diagnosis: Diagnosis
     outcomes: dict[int, str] = field(default_factory=dict)
     warnings: list = field(default_factory=list)  # sandbox.contracts.ContractWarning
@@ -110,11 +111,11 @@ def judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, timeo
     contract warnings of the calls that completed (`sandbox.contracts`), whatever the verdict.
 
     tracks: every rank's track, process facts included where known; stopped_for: why the sandbox stopped the run
-    (HANG, FAILURE, TIMEOUT, "interrupted") or None; timeout: the run's limit (for the wording).
+    (HANG, FAILURE, TIMEOUT, INTERRUPTED) or None; timeout: the run's limit (for the wording).
     """
     j = _judge(tracks, stopped_for, timeout=timeout, blocked_s=blocked_s)
     j.warnings = contracts.breaches(tracks)
-    if j.verdict != "ok":
+    if j.verdict != Verdict.OK:
         j.diagnosis = contracts.explain(j.diagnosis, j.warnings, tracks)
     return j
 
@@ -131,26 +132,26 @@ def _judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, time
             if outcomes[r] == "error" and t.pid is None and t.failed_call is not None and lost_peer(t):
                 outcomes[r] = "hung"
     vals = set(outcomes.values())
-    if stopped_for == "interrupted":
-        return Judgement("interrupted", diagnose_interrupted(tracks), outcomes)
+    if stopped_for == INTERRUPTED:
+        return Judgement(Verdict.INTERRUPTED, diagnose_interrupted(tracks), outcomes)
     if stopped_for is None and "hung" in vals and not vals & {"error", "crashed"}:
         # offline: ranks left inside calls when the job was ended, and none failed on its own: a hang. (A rank
         # that died outside any call is the cause, as it is live: a crash, with the waiting ranks as its peers.)
-        return Judgement(HANG, diagnose_hang(tracks), outcomes)
+        return Judgement(Verdict.HANG, diagnose_hang(tracks), outcomes)
     if "crashed" in vals:
-        return Judgement("crash", diagnose_failure(tracks, outcomes), outcomes)
+        return Judgement(Verdict.CRASH, diagnose_failure(tracks, outcomes), outcomes)
     if "error" in vals:
-        return Judgement("error", diagnose_failure(tracks, outcomes), outcomes)
+        return Judgement(Verdict.ERROR, diagnose_failure(tracks, outcomes), outcomes)
     if stopped_for == HANG:
         d = diagnose_hang(tracks)
         if blocked_s is not None:
             d = replace(d, details={**d.details, "blocked_for_s": round(blocked_s, 3)})
-        return Judgement(HANG, d, outcomes)
+        return Judgement(Verdict.HANG, d, outcomes)
     if stopped_for == TIMEOUT:
-        return Judgement(TIMEOUT, diagnose_timeout(tracks, timeout or 0), outcomes)
+        return Judgement(Verdict.TIMEOUT, diagnose_timeout(tracks, timeout or 0), outcomes)
     if vals <= {"ok"}:
-        return Judgement("ok", Diagnosis(kind="none", cause=f"All {len(tracks)} ranks finished."), outcomes)
-    return Judgement("error", Diagnosis(kind="none", cause="The run ended without every rank finishing, and without a cause"
+        return Judgement(Verdict.OK, Diagnosis(kind=Kind.NONE, cause=f"All {len(tracks)} ranks finished."), outcomes)
+    return Judgement(Verdict.ERROR, Diagnosis(kind=Kind.NONE, cause="The run ended without every rank finishing, and without a cause"
                                                 " the traces show."), outcomes)
 
 

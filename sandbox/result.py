@@ -41,14 +41,72 @@ class Outcome(_Words):
     STOPPED = "stopped"          # ended by the sandbox because another rank failed
 
 
+class Kind(_Words):
+    """Why a run ended as it did: the kinds of diagnosis the rules name (`sandbox.diagnose`), each said in one plain
+    sentence in `KIND_GLOSSARY` (what a learner reads before predicting one: `sandbox.lab.kinds()`)."""
+    NONE = "none"
+    P2P_CYCLE = "p2p_cycle"
+    P2P_UNMATCHED = "p2p_unmatched"
+    MISSING_RANKS = "missing_ranks"
+    COLLECTIVE_MISMATCH = "collective_mismatch"
+    GROUP_MISMATCH = "group_mismatch"
+    INIT_MISMATCH = "init_mismatch"
+    DUPLICATE_RANK = "duplicate_rank"
+    LOOPBACK_ADDRESS = "loopback_address"
+    NODE_FAILURE = "node_failure"
+    STRAGGLER = "straggler"
+    RANK_ERROR = "rank_error"
+    RANK_CRASHED = "rank_crashed"
+    UNEVEN_STEPS = "uneven_steps"
+    UNUSED_PARAMETERS = "unused_parameters"
+    MODEL_DIFFERS = "model_differs"
+
+
+VERDICT_GLOSSARY = {
+    Verdict.OK: "every rank finished (and, where the run has a reference, with the right values)",
+    Verdict.HANG: "every live rank is blocked in calls nobody can complete; the sandbox ends the run and names why",
+    Verdict.ERROR: "a rank raised an exception (or exited non-zero)",
+    Verdict.CRASH: "a rank was killed by a signal (gloo aborts the process on some mismatches)",
+    Verdict.TIMEOUT: "the run's own time limit passed before it finished, without a provable deadlock",
+    Verdict.INTERRUPTED: "Ctrl-C or SIGTERM ended the run before it finished",
+}
+KIND_GLOSSARY = {
+    Kind.NONE: "nothing to name: the run finished, or failed in a way no rule recognises",
+    Kind.P2P_CYCLE: "point-to-point calls wait on each other in a cycle: each rank sends (or receives) first",
+    Kind.P2P_UNMATCHED: "a send or recv that nothing will match: its peer is elsewhere, finished, or uses another tag",
+    Kind.MISSING_RANKS: "some ranks wait in a call that the others never reach: they are elsewhere, or finished",
+    Kind.COLLECTIVE_MISMATCH: "the ranks are in different collectives at the same point (another op, shape, dtype "
+                              "or root)",
+    Kind.GROUP_MISMATCH: "the ranks created their process groups in a different order or with different members",
+    Kind.INIT_MISMATCH: "the ranks tried to meet at different addresses or with different world sizes in "
+                        "init_process_group (on several nodes, `localhost` is a different address on each)",
+    Kind.DUPLICATE_RANK: "two processes claimed the same rank in init_process_group (LOCAL_RANK where RANK was "
+                         "meant), so the ranks nobody claimed never join",
+    Kind.LOOPBACK_ADDRESS: "on several nodes, gloo listened on a loopback address (the hostname resolves to "
+                           "127.0.1.1), so ranks of the other nodes were refused",
+    Kind.NODE_FAILURE: "a whole node died (every process on it at once), and the job could not go on without its "
+                       "ranks: the ranks that then failed only lost their connection to it",
+    Kind.STRAGGLER: "not a deadlock: some ranks were still busy in their own code while the others waited, until a "
+                    "timeout passed",
+    Kind.RANK_ERROR: "a rank raised an exception, while the others waited for it",
+    Kind.RANK_CRASHED: "a rank's process died (a signal or an exit) and the others were left waiting",
+    Kind.UNEVEN_STEPS: "the ranks ran a different number of training steps (uneven inputs), so one waits for a "
+                       "gradient all_reduce nobody else makes",
+    Kind.UNUSED_PARAMETERS: "DistributedDataParallel waited for gradients of parameters some ranks did not use",
+    Kind.MODEL_DIFFERS: "the ranks built different models (parameters of other shapes or another order) for "
+                        "DistributedDataParallel",
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Diagnosis:
-    """Why the run ended as it did: a kind, one sentence, and the structured facts behind it.
+    """Why the run ended as it did: a kind (a `Kind`; a string given is checked and turned into one), one sentence,
+    and the structured facts behind it.
 
     The sentence a person reads (`summary`) is composed from parts kept apart here: `lead` (how the run was ended,
     when that is not the cause: a timeout, an interrupt), `cause` (what the rules found) and `notes` (what else
     explains it: a contract the failing call broke). Build a changed copy with `led_by` / `noted`."""
-    kind: str
+    kind: Kind
     cause: str
     culprit_ranks: list[int] = field(default_factory=list)
     op: str | None = None
@@ -58,6 +116,9 @@ class Diagnosis:
     details: dict = field(default_factory=dict)
     lead: str = ""
     notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Kind(self.kind))  # a string given is checked: a kind no glossary has fails
 
     @property
     def summary(self) -> str:
@@ -212,7 +273,7 @@ class RunResult:
     def headline(self) -> str:
         """'HANG [p2p_cycle]: 2 ranks in 1.31 s'."""
         wall = f" in {self.wall_s:.2f} s" if self.wall_s is not None else ""
-        kind = f" [{self.diagnosis.kind}]" if self.diagnosis.kind != "none" else ""
+        kind = f" [{self.diagnosis.kind}]" if self.diagnosis.kind != Kind.NONE else ""
         return f"{str(self.verdict).upper()}{kind}: {self.world_size} ranks{wall}"
 
     # Drawing is `sandbox.report`'s job; these are the hooks Python, IPython and Jupyter call to show a result, so

@@ -261,10 +261,15 @@ def test_a_bug_module_s_rules_are_read_as_a_list_or_a_function():
 
 # ----------------------------------------------------------------------------------------------- predictions
 def test_kinds_lists_every_kind_the_sandbox_names(capsys):
+    from sandbox.result import KIND_GLOSSARY, Kind
+
     named = set()
-    for path in (Path(ROOT) / "sandbox" / "diagnose").glob("*.py"):
-        named |= set(re.findall(r'kind="(\w+)"', path.read_text()))
+    for path in (Path(ROOT) / "sandbox").rglob("*.py"):
+        text = path.read_text()
+        named |= {Kind[m].value for m in re.findall(r"\bKind\.([A-Z0-9_]+)", text)}
+        assert not re.findall(r'Diagnosis\(kind="', text), f"{path}: a kind is a Kind, not a string"
     assert named and named <= set(lab.KINDS), named - set(lab.KINDS)
+    assert set(KIND_GLOSSARY) == set(Kind)  # every kind is said in a sentence, and the glossary invents none
     assert lab.kinds() is None  # a cell ending with it shows the table once
     out = capsys.readouterr().out
     assert all(re.search(rf"^kind\s+{k}\s+\w", out, re.M) for k in lab.KINDS), out

@@ -12,7 +12,7 @@ import time
 from sandbox import faults, flight, flight_view, policy, rundir, words
 from sandbox._run import asks
 from sandbox._run.watch import INTERRUPTED
-from sandbox.result import Diagnosis, RankResult, RunResult
+from sandbox.result import Diagnosis, Kind, RankResult, RunResult, Verdict
 
 RANK_WORD = re.compile(r"\b[Rr]ank (\d+)\b(?! \()")  # 'rank 2', 'Rank 2' (not 'ranks 0-3', nor one already named)
 # 'ranks 0 and 1', 'ranks 0-3', 'ranks 0, 2 and 5' (the forms sandbox.words.ranks writes), not one already named
@@ -36,7 +36,7 @@ class Assembling:
         ended the run is its cause)."""
         injected = self.schedule.injected if self.schedule is not None else []
         killed = [f for f in injected if f["kind"] == "kill"]
-        if verdict != "ok" and killed and self.stopped_for != INTERRUPTED:
+        if verdict != Verdict.OK and killed and self.stopped_for != INTERRUPTED:
             diag = faults.node_failure(killed[-1], diag, ranks, self.topology, after=self.procs.after_node_failure())
         return on_nodes(faults.stated(diag, injected, self.schedule.faults if self.schedule is not None else []),
                         ranks)
@@ -54,8 +54,8 @@ class Assembling:
                  for r, t in sorted(tracks.items())]
         fatal = self.procs.start_failure()
         if fatal is not None and self.stopped_for != INTERRUPTED:  # the ranks could not start: whatever they say
-            verdict = "error"
-            diag = Diagnosis(kind="rank_error", cause=f"The ranks could not start: {fatal['fatal']}",
+            verdict = Verdict.ERROR
+            diag = Diagnosis(kind=Kind.RANK_ERROR, cause=f"The ranks could not start: {fatal['fatal']}",
                              details={"traceback": fatal.get("traceback")})
             ranks = [dataclasses.replace(rr, error={"type": "start", "message": fatal["fatal"]},
                                          output=rr.output or fatal.get("log", "")) for rr in ranks]

@@ -21,7 +21,7 @@ from sandbox._run.options import Interrupted
 from sandbox._run.procs import Procs
 from sandbox._run.stop import INTERRUPTED, Stopping, noted_signals
 from sandbox._run.watch import Watching
-from sandbox.result import Diagnosis, RankResult, RunResult
+from sandbox.result import Diagnosis, Kind, RankResult, RunResult
 from sandbox.topology import Topology
 
 log = logging.getLogger("sandbox.launcher")
@@ -96,7 +96,7 @@ class Lifecycle(Watching, Stopping, Assembling):
         """Assemble; assemble again if a signal came during the teardown (the verdict is then that)."""
         if not self.procs.started:  # interrupted before anything could start
             return RunResult(verdict=INTERRUPTED, world_size=self.n, wall_s=time.monotonic() - t0,
-                             diagnosis=Diagnosis(kind="none", cause="Interrupted before the ranks started."),
+                             diagnosis=Diagnosis(kind=Kind.NONE, cause="Interrupted before the ranks started."),
                              ranks=[RankResult(rank=r, outcome="stopped") for r in range(self.n)])
         res = self._assemble(time.monotonic() - t0)
         if self.held and self.stopped_for != INTERRUPTED:  # the signal came during the teardown

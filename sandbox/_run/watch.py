@@ -27,7 +27,7 @@ from sandbox.events import RankTrack
 
 log = logging.getLogger("sandbox.launcher")
 
-INTERRUPTED = "interrupted"  # why a run was stopped after Ctrl-C or SIGTERM (the verdict of the same name)
+INTERRUPTED = policy.INTERRUPTED  # why a run was stopped after Ctrl-C or SIGTERM (the verdict of the same name)
 ABANDONED = "abandoned"      # the backend's processes left are ended without a verdict of the sandbox's own
 
 

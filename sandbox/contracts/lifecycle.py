@@ -8,6 +8,7 @@ from sandbox import calls
 from sandbox.calls import SENDS, op_of
 from sandbox.contracts.base import ContractWarning, ended_ok, said, where
 from sandbox.events import RankTrack
+from sandbox.result import Kind
 from sandbox.words import peer_lost, ranks as ranks_words
 
 def object_devices(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
@@ -100,7 +101,7 @@ def _earlier_root(diagnosis, warnings: list[ContractWarning], tracks: dict[int, 
     """A failure or hang in a group where an earlier call already completed as unlike calls (NCCL pairs a barrier
     with a one-element all_reduce, gloo an all_reduce of 4 elements with one of 5 on some ranks): that call is the
     root, and the diagnosis says so first."""
-    if diagnosis.kind == "collective_mismatch" or diagnosis.group is None:
+    if diagnosis.kind == Kind.COLLECTIVE_MISMATCH or diagnosis.group is None:
         return None
     entered = _unlike_entered(diagnosis, tracks)  # when no completed call says it (one side still in flight)
     for w in warnings + ([entered] if entered is not None else []):

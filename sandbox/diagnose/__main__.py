@@ -19,7 +19,7 @@ import sys
 
 from sandbox import flight, flight_offline, flight_view, policy, words
 from sandbox.events import TRACE_FILE, FormatError, load_dir
-from sandbox.result import Diagnosis, RankResult, RunResult
+from sandbox.result import Diagnosis, Kind, RankResult, RunResult
 
 
 def load_result(trace_dir: str, prefix: str = flight.PREFIX) -> RunResult:
@@ -48,13 +48,13 @@ def load_result(trace_dir: str, prefix: str = flight.PREFIX) -> RunResult:
         if differ:  # the dumps say no more than that the calls completed: their data is wrong
             w = differ[0]
             j.verdict = "error"
-            j.diagnosis = Diagnosis(kind="collective_mismatch", cause=f"{w.summary} The ranks that completed it hold"
+            j.diagnosis = Diagnosis(kind=Kind.COLLECTIVE_MISMATCH, cause=f"{w.summary} The ranks that completed it hold"
                                     " wrong data.", culprit_ranks=w.details.get("odd_ranks") or w.ranks, op=w.op,
                                     group=w.group, seq=w.seq,
                                     site=w.sites.get((w.details.get("odd_ranks") or w.ranks)[0]),
                                     details={"differs_in": w.details.get("differs_in")})
         else:
-            j.diagnosis = Diagnosis(kind="none", cause=f"Every collective in the {len(dumps)} dumps completed, and"
+            j.diagnosis = Diagnosis(kind=Kind.NONE, cause=f"Every collective in the {len(dumps)} dumps completed, and"
                                     " every rank reached the same calls (a dump does not say whether its rank then"
                                     " finished).")
     if absent and "without a Flight Recorder dump" not in j.diagnosis.summary:  # unless the cause said so already

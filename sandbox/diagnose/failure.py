@@ -12,7 +12,7 @@ from sandbox.diagnose.hang import busy_at_timeout, missing
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
 from sandbox.events import RankTrack
-from sandbox.result import Diagnosis
+from sandbox.result import Diagnosis, Kind
 
 
 def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> Diagnosis:
@@ -27,7 +27,7 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
             d = bucket_mismatch(tracks, pend)
             if d is not None:
                 return replace(d, details={**d.details, "torch_says": e["message"][:600]})
-            return Diagnosis(kind="collective_mismatch", cause=f"PyTorch's own check found a collective mismatch on rank"
+            return Diagnosis(kind=Kind.COLLECTIVE_MISMATCH, cause=f"PyTorch's own check found a collective mismatch on rank"
                              f" {t.rank}: {e['message'][:400]}", culprit_ranks=[t.rank], site=e.get("site"),
                              details={"torch_says": e["message"][:600]})
     d = group_mismatch(tracks, strict=True) if any(t.new_groups for t in tracks.values()) else None
@@ -57,7 +57,7 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
         t = first(crashed)
         p = t.pending
         at = f" inside {words.call(p)} at {p.get('site')}" if p else (" after its last traced call" if t.events else "")
-        return Diagnosis(kind="rank_crashed",
+        return Diagnosis(kind=Kind.RANK_CRASHED,
                          cause=f"Rank {t.rank} died ({words.exit_words(t.exit_code)}){at}."
                          + _peer_words(tracks, outcomes, [t.rank]),
                          culprit_ranks=[t.rank], op=p["op"] if p else None, group=p.get("group") if p else None,
@@ -73,7 +73,7 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
         causes = errored
     if causes:
         return _rank_error(first(causes), tracks, errored, outcomes)
-    return Diagnosis(kind="none", cause="The run failed without a recorded cause.")
+    return Diagnosis(kind=Kind.NONE, cause="The run failed without a recorded cause.")
 
 
 def _rank_error(t: RankTrack, tracks, errored, outcomes) -> Diagnosis:
@@ -90,7 +90,7 @@ def _rank_error(t: RankTrack, tracks, errored, outcomes) -> Diagnosis:
     else:
         head = f"Rank {t.rank} raised {e['type']}: {words.short(e['message'])}"
         tail = _peer_words(tracks, outcomes, [t.rank])
-    return Diagnosis(kind="rank_error", cause=f"{head}{inside}{at}.{tail}",
+    return Diagnosis(kind=Kind.RANK_ERROR, cause=f"{head}{inside}{at}.{tail}",
                      culprit_ranks=sorted(same) if everyone else [t.rank], op=p["op"] if p else None,
                      group=p.get("group") if p else None, seq=p.get("seq") if p else None, site=e.get("site"),
                      details={"error": {k: e[k] for k in ("type", "message", "site") if k in e}})

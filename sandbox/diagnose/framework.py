@@ -13,7 +13,7 @@ import re
 
 from sandbox import branches, calls, words
 from sandbox.events import RankTrack
-from sandbox.result import Diagnosis
+from sandbox.result import Diagnosis, Kind
 
 JOIN_ADVICE = ("Under DDP every rank must run the same number of steps: give every rank the same number of batches"
                " (DistributedSampler(drop_last=True), equal shards), or wrap the loop in `with model.join():`"
@@ -80,7 +80,7 @@ def uneven_steps(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnos
                  f" gradient all_reduces on each ({told}), so {words.ranks([r])}'s all_reduce #{p.get('seq')} of group"
                  f" {p.get('group')}{f' ({size[0] if len(size) == 1 else size} elements)' if size else ''} has no"
                  f" partner{_elsewhere(tracks, rest)}. {JOIN_ADVICE}")
-    return Diagnosis(kind="uneven_steps", cause=cause, culprit_ranks=odd, op="all_reduce", group=p.get("group"),
+    return Diagnosis(kind=Kind.UNEVEN_STEPS, cause=cause, culprit_ranks=odd, op="all_reduce", group=p.get("group"),
                      seq=p.get("seq"), site=p.get("site"),
                      details={"gradient_all_reduces": {str(q): c for q, c in sorted(counts.items())},
                               "via": "backward()"})
@@ -110,7 +110,7 @@ def left_the_loop(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagno
              f" gradient all_reduce #{p.get('seq')} of group {p.get('group')}) when {words.ranks(sorted(gone))} had"
              f" left the loop and made {words.call(o)} at {o.get('site')}, so the two met at one call of the group."
              f" {JOIN_ADVICE}")
-    return Diagnosis(kind="uneven_steps", cause=cause, culprit_ranks=sorted(grads), op="all_reduce",
+    return Diagnosis(kind=Kind.UNEVEN_STEPS, cause=cause, culprit_ranks=sorted(grads), op="all_reduce",
                      group=p.get("group"), seq=p.get("seq"), site=p.get("site"),
                      details={"met_by": {str(x): words.call(y) for x, y in sorted(gone.items())}, "via": "backward()"})
 
@@ -210,7 +210,7 @@ def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
     # the odd ones: the few ranks whose forward used the parameters, or the few where it skipped them; on a tie,
     # the ranks that used them (their shard is the one that differs, as in a dataset sorted by source)
     odd = others if others and len(others) <= len(raised) else sorted(raised)
-    return Diagnosis(kind="unused_parameters", cause=cause, culprit_ranks=odd,
+    return Diagnosis(kind=Kind.UNUSED_PARAMETERS, cause=cause, culprit_ranks=odd,
                      site=branch["site"] if branch else e.get("site"),
                      details={"unused": {str(r): ns for r, ns in sorted(names.items())},
                               **({"branch": {k: branch[k] for k in ("test", "site")}} if branch else {})})
@@ -240,7 +240,7 @@ def model_differs(tracks: dict[int, RankTrack]) -> Diagnosis | None:
         cause = (f"The ranks built different models: at DistributedDataParallel(...) ({site}) parameter"
                  f" {name or f'#{i}'} differs: {told}. DDP's constructor checks every parameter's shape across"
                  f" ranks and stops. {SAME_MODEL}")
-        return Diagnosis(kind="model_differs", cause=cause, culprit_ranks=odd, op="DistributedDataParallel",
+        return Diagnosis(kind=Kind.MODEL_DIFFERS, cause=cause, culprit_ranks=odd, op="DistributedDataParallel",
                          site=site, details={"param": name or i, "shapes": {str(list(s)): rs for s, rs in camps}})
     return _params_count_differs(tracks)
 
@@ -265,7 +265,7 @@ def _params_count_differs(tracks: dict[int, RankTrack]) -> Diagnosis | None:
     cause = (f"The ranks built different models: at DistributedDataParallel(...) ({site}) the number of parameters"
              f" differs: {told}. DDP's constructor checks the count and every shape across ranks and stops."
              f" {SAME_MODEL}")
-    return Diagnosis(kind="model_differs", cause=cause, culprit_ranks=camps[0][1], op="DistributedDataParallel",
+    return Diagnosis(kind=Kind.MODEL_DIFFERS, cause=cause, culprit_ranks=camps[0][1], op="DistributedDataParallel",
                      site=site, details={"param_counts": {str(n): rs for n, rs in camps}})
 
 
@@ -296,5 +296,5 @@ def bucket_without_partner(tracks: dict[int, RankTrack], pend: dict[int, dict]) 
              f" {words.ranks(others)} some parameters got none (a forward that skips a layer there). The dumps do"
              " not name the parameters (the sandbox's live run does). Make the forward use the same parameters on"
              " every rank, or pass find_unused_parameters=True to DistributedDataParallel.")
-    return Diagnosis(kind="unused_parameters", cause=cause, culprit_ranks=sorted(stuck), op="all_reduce",
+    return Diagnosis(kind=Kind.UNUSED_PARAMETERS, cause=cause, culprit_ranks=sorted(stuck), op="all_reduce",
                      group=p.get("group"), seq=p.get("seq"), site=p.get("site"), details={"no_gradient_on": others})

@@ -15,7 +15,7 @@ from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mism
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
 from sandbox.events import RankTrack
-from sandbox.result import Diagnosis
+from sandbox.result import Diagnosis, Kind
 
 # what to do about a cycle of blocking point-to-point calls, right for any number of ranks: ordering the calls
 # by rank parity ("even ranks send first") deadlocks again in a ring of an odd number of ranks, where two
@@ -34,7 +34,7 @@ def p2p(tracks, pend) -> Diagnosis | None:
                           f"{' (tag ' + str(waits[c].get('tag', 0)) + ')' if len(tags) > 1 else ''}"
                           f" at {waits[c].get('site')}" for c in cycle)
         if kinds == {"send", "recv"} and len(tags) > 1:  # the pair would meet, but for the tags: no cycle
-            return Diagnosis(kind="p2p_unmatched", cause=f"Unmatched point-to-point call: {steps}. The send and the"
+            return Diagnosis(kind=Kind.P2P_UNMATCHED, cause=f"Unmatched point-to-point call: {steps}. The send and the"
                              " recv name different tags, so they never match. Use the same tag on both sides.",
                              culprit_ranks=sorted(cycle), op=op_of(waits[cycle[0]]), site=waits[cycle[0]].get("site"),
                              details={"pair": sorted(cycle), "tags": sorted(tags)})
@@ -42,7 +42,7 @@ def p2p(tracks, pend) -> Diagnosis | None:
             why = "a gloo send does not complete until the peer posts the matching recv, so each waits for the other"
         else:
             why = "each waits for a message the other will only send after its own call returns"
-        return Diagnosis(kind="p2p_cycle", cause=f"Point-to-point cycle: {steps}. {why[0].upper() + why[1:]}.{P2P_ADVICE}",
+        return Diagnosis(kind=Kind.P2P_CYCLE, cause=f"Point-to-point cycle: {steps}. {why[0].upper() + why[1:]}.{P2P_ADVICE}",
                          culprit_ranks=sorted(cycle), op=op_of(waits[cycle[0]]), site=waits[cycle[0]].get("site"),
                          details={"cycle": cycle})
     m = missing(tracks, pend)
@@ -59,7 +59,7 @@ def p2p(tracks, pend) -> Diagnosis | None:
         behind = (f" {words.ranks(chain[:-1]).capitalize()} {'waits' if len(chain) == 2 else 'wait'} behind it: "
                   + ", ".join(f"rank {a} in {words.call(waits[a])} at {waits[a].get('site')}" for a in chain[:-1])
                   + "." if len(chain) > 1 else "")
-        return Diagnosis(kind="p2p_unmatched",
+        return Diagnosis(kind=Kind.P2P_UNMATCHED,
                          cause=f"Unmatched point-to-point call: rank {r} waits in {words.call(p)} at {p.get('site')},"
                          f" but rank {q.rank} is {words.where(q)}, and nothing there matches it: every"
                          f" {'send needs a recv' if p2p_direction(p) == 'send' else 'recv needs a send'} from its"
@@ -99,7 +99,7 @@ def missing(tracks, pend) -> Diagnosis | None:
         b = _data_branch(tracks, same, absent, p)
         because = (f" {words.ranks(same).capitalize()} reached it {branches.through(b)}{origins.because(b)}."
                    f" {origins.advice(b)}" if b else "")
-        return Diagnosis(kind="missing_ranks",
+        return Diagnosis(kind=Kind.MISSING_RANKS,
                          cause=f"{words.ranks(same).capitalize()} {'waits' if len(same) == 1 else 'wait'} in {words.call(p)} at"
                          f" {p.get('site')}, but {words.ranks(absent)} never"
                          f" {'arrives' if len(absent) == 1 else 'arrive'}: {detail}.{because}",
@@ -156,7 +156,7 @@ def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
         if d is not None:
             return d
     parts = "; ".join(f"rank {r} {words.where(t)}" for r, t in sorted(tracks.items()))
-    return Diagnosis(kind="none", cause=f"Every rank is blocked and none can finish, but the pattern is not one the"
+    return Diagnosis(kind=Kind.NONE, cause=f"Every rank is blocked and none can finish, but the pattern is not one the"
                      f" sandbox names: {parts}.")
 
 
@@ -170,7 +170,7 @@ def diagnose_timeout(tracks: dict[int, RankTrack], timeout: float) -> Diagnosis:
     busy, waiting = _waiting_and_busy(tracks)
     if busy and waiting:
         w = waiting[0]
-        return Diagnosis(kind="straggler",
+        return Diagnosis(kind=Kind.STRAGGLER,
                          cause=f"Not a deadlock: {words.ranks([t.rank for t in busy])}"
                          f" {'was' if len(busy) == 1 else 'were'} {words.where(busy[0])} when the {timeout:g} s"
                          f" timeout passed, while {words.ranks([t.rank for t in waiting])} waited in"
@@ -181,20 +181,20 @@ def diagnose_timeout(tracks: dict[int, RankTrack], timeout: float) -> Diagnosis:
     if waiting:
         return diagnose_hang(tracks).led_by(f"The {timeout:g} s timeout passed with every rank inside a distributed"
                                             " call:")
-    return Diagnosis(kind="none", cause=f"The run did not finish within {timeout:g} s; no rank was waiting on another"
-                     f" ({'; '.join(f'rank {t.rank} {words.where(t)}' for t in busy)}).")
+    return Diagnosis(kind=Kind.NONE, cause=f"The run did not finish within {timeout:g} s; no rank was waiting on"
+                     f" another ({'; '.join(f'rank {t.rank} {words.where(t)}' for t in busy)}).")
 
 
 def diagnose_interrupted(tracks: dict[int, RankTrack]) -> Diagnosis:
     """Where every rank was when the run was interrupted (Ctrl-C or SIGTERM)."""
     busy, waiting = _waiting_and_busy(tracks)
     if not busy and not waiting:
-        return Diagnosis(kind="none", cause="Interrupted after every rank had finished.")
+        return Diagnosis(kind=Kind.NONE, cause="Interrupted after every rank had finished.")
     parts = "; ".join(f"rank {t.rank} {words.where(t)}" for t in sorted(busy + waiting, key=lambda t: t.rank))
-    d = Diagnosis(kind="none", cause=f"Interrupted before the run ended: {parts}.")
+    d = Diagnosis(kind=Kind.NONE, cause=f"Interrupted before the run ended: {parts}.")
     if waiting and not busy and not progress_possible(tracks):
         hang = diagnose_hang(tracks)  # it was a deadlock already: say which, as the hang rule would have
-        if hang.kind != "none":
+        if hang.kind != Kind.NONE:
             return hang.led_by("Interrupted while deadlocked.")
     return d
 
@@ -295,7 +295,8 @@ def busy_at_timeout(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> D
              f" call. {words.ranks(list(where)).capitalize()} {'is' if len(where) == 1 else 'are'} the cause: not"
              f" hung and not missing, but slower than the process group's timeout at that line; the ranks that"
              f" timed out only waited for {'it' if len(where) == 1 else 'them'}." + STRAGGLER_ADVICE)
-    return Diagnosis(kind="straggler", cause=cause, culprit_ranks=sorted(where), op=op_of(call),
-                     group=call.get("group"), seq=call.get("seq"), site=next(iter(where.values()))[1] or call.get("site"),
+    return Diagnosis(kind=Kind.STRAGGLER, cause=cause, culprit_ranks=sorted(where), op=op_of(call),
+                     group=call.get("group"), seq=call.get("seq"),
+                     site=next(iter(where.values()))[1] or call.get("site"),
                      details={"busy": {str(r): w for r, (w, _) in where.items()}, "timed_out": waiting,
                               "waiting_at": call.get("site")})

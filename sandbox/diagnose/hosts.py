@@ -20,7 +20,7 @@ import ast
 import re
 
 from sandbox import branches, words
-from sandbox.result import Diagnosis
+from sandbox.result import Diagnosis, Kind
 
 LOOPBACK = re.compile(r"^(localhost|127(\.\d{1,3}){3}|::1|::ffff:127(\.\d{1,3}){3})$", re.I)
 # gloo's connect that the peer's host refused, at an address that is a loopback one: "... SO_ERROR: Connection
@@ -88,7 +88,7 @@ def loopback_rendezvous(tracks) -> Diagnosis | None:
              f" they can never meet {at(others, where) if others else 'the others'}. `localhost` names a different"
              f" machine on every node: keep the launcher's MASTER_ADDR (env:// reads MASTER_ADDR and MASTER_PORT),"
              f" which names {home} on every node.")
-    return Diagnosis(kind="init_mismatch", cause=cause, culprit_ranks=culprits, op="init_process_group", seq=0,
+    return Diagnosis(kind=Kind.INIT_MISMATCH, cause=cause, culprit_ranks=culprits, op="init_process_group", seq=0,
                      site=p.get("site"),
                      details={"endpoints": _camps(tracks, last), "store_node": home})
 
@@ -167,7 +167,7 @@ def duplicate_rank(tracks) -> Diagnosis | None:
              f" {'its address' if len(unclaimed) == 1 else 'their addresses'}{until}. Pass RANK, the rank in the"
              f" whole job (or leave rank= out: env:// reads RANK); LOCAL_RANK is for what is per node, such as the"
              f" GPU to use.")
-    return Diagnosis(kind="duplicate_rank", cause=cause, culprit_ranks=wrong, op="init_process_group", seq=0,
+    return Diagnosis(kind=Kind.DUPLICATE_RANK, cause=cause, culprit_ranks=wrong, op="init_process_group", seq=0,
                      site=p.get("site"), details={"claimed": {str(r): c for r, c in sorted(claimed.items())},
                                                   "unclaimed": unclaimed})
 
@@ -205,7 +205,7 @@ def loopback_address(tracks) -> Diagnosis | None:
              f" Set {ENV_IFNAME} on every node to the interface that carries the node's address"
              f" (`{ENV_IFNAME}=eth0`, as PyTorch's docs advise), or map each hostname to that address in"
              f" /etc/hosts.")
-    return Diagnosis(kind="loopback_address", cause=cause, culprit_ranks=sorted(tracks), op="init_process_group",
+    return Diagnosis(kind=Kind.LOOPBACK_ADDRESS, cause=cause, culprit_ranks=sorted(tracks), op="init_process_group",
                      seq=0, site=p.get("site"),
                      details={"address": addr, "refused": {str(r): f"{m.group(1)}:{m.group(2)}"
                                                            for r, m in sorted(refused.items())},

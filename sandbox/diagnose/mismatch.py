@@ -9,7 +9,7 @@ from sandbox import branches, calls, words
 from sandbox.calls import is_collective, op_of
 from sandbox.diagnose import origins
 from sandbox.events import RankTrack
-from sandbox.result import Diagnosis
+from sandbox.result import Diagnosis, Kind
 
 
 def minority(groups: dict) -> list[int]:
@@ -39,7 +39,7 @@ def init_mismatch(tracks) -> Diagnosis | None:
     parts = [f"{words.ranks(rs)} at {ep} (world size {ws}, {tracks[rs[0]].inits[-1].get('init_method')})"
              for (ep, ws), rs in seen.items()]
     p = tracks[culprits[0]].inits[-1]
-    return Diagnosis(kind="init_mismatch",
+    return Diagnosis(kind=Kind.INIT_MISMATCH,
                      cause="The ranks disagree on the rendezvous, so they can never meet: " + "; ".join(parts) +
                      (f". The launcher's endpoint is {launcher} (MASTER_ADDR:MASTER_PORT);"
                       f" {words.ranks(culprits)} {'uses' if len(culprits) == 1 else 'use'} another"
@@ -78,7 +78,7 @@ def group_mismatch(tracks, strict: bool) -> Diagnosis | None:
                          " world, so every rank must create every group, its own and the others', in one order,"
                          " keeping the one it is in")
         site = next((tracks[r].new_groups[k].get("site") for r in culprits if k < len(tracks[r].new_groups)), None)
-        return Diagnosis(kind="group_mismatch",
+        return Diagnosis(kind=Kind.GROUP_MISMATCH,
                          cause=words.groups_differ(k + 1, describe) +
                          " Every rank must call every new_group, with the same ranks, in the same order"
                          " (group names come from that order), so these groups never connect.",
@@ -134,7 +134,7 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
             # the ones that took a rank-dependent `if` into this call differ, unless they are the many: then the
             # few that skipped it are the odd ones (an empty shard that skips an all_reduce everyone else makes)
             culprits = branch["ranks"]
-        return Diagnosis(kind="collective_mismatch",
+        return Diagnosis(kind=Kind.COLLECTIVE_MISMATCH,
                          cause=f"Collective mismatch at call #{seq} of group {ex.get('group')}: " + "; ".join(parts) +
                          f". {_rule(what)}"
                          + (f" {branch['words']}" if branch else "") + wrong

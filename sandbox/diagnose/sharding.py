@@ -12,7 +12,7 @@ import re
 
 from sandbox import words
 from sandbox.events import RankTrack
-from sandbox.result import Diagnosis
+from sandbox.result import Diagnosis, Kind
 
 GATHERS = {"all_gather_single", "all_gather_into_tensor", "all_gather_coalesced", "all_gather"}
 SCATTERS = {"reduce_scatter_single", "reduce_scatter_tensor", "reduce_scatter"}
@@ -37,7 +37,7 @@ def made_by_fsdp(tracks: dict[int, RankTrack], ranks) -> bool:
 def fsdp_words(d: Diagnosis | None, tracks: dict[int, RankTrack]) -> Diagnosis | None:
     """A collective mismatch in a call FSDP made, with what it means in FSDP's terms added; any other diagnosis
     unchanged."""
-    if d is None or d.kind != "collective_mismatch" or d.op not in GATHERS | SCATTERS:
+    if d is None or d.kind != Kind.COLLECTIVE_MISMATCH or d.op not in GATHERS | SCATTERS:
         return d
     members = [int(r) for r in d.details.get("calls", {})] or list(tracks)
     if not made_by_fsdp(tracks, members):
@@ -73,5 +73,5 @@ def fsdp_uneven(tracks: dict[int, RankTrack], pend: dict[int, dict]) -> Diagnosi
     cause = (f"{words.ranks(sorted(stuck)).capitalize()} ran more steps than {words.ranks(rest)}, which already"
              f" finished: {'its' if len(stuck) == 1 else 'their'} FSDP {p['op']} #{p.get('seq')} of group"
              f" {p['group']} at {p.get('site')} has no partner. {FSDP_STEPS_ADVICE}")
-    return Diagnosis(kind="uneven_steps", cause=cause, culprit_ranks=sorted(stuck), op=p["op"], group=p["group"],
+    return Diagnosis(kind=Kind.UNEVEN_STEPS, cause=cause, culprit_ranks=sorted(stuck), op=p["op"], group=p["group"],
                      seq=p.get("seq"), site=p.get("site"), details={"finished": rest})

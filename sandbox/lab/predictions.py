@@ -12,44 +12,15 @@ from html import escape
 
 from sandbox import words
 from sandbox.bugs.reference import differences, reference_of
-from sandbox.result import RunResult
+from sandbox.result import KIND_GLOSSARY, VERDICT_GLOSSARY, RunResult, Verdict
 
-# what a whole run came to, as a prediction may say it
-VERDICTS = {
-    "ok": "every rank finished (and, where the run has a reference, with the right values)",
-    "wrong": "every rank finished, but with a wrong answer: a value differs from the single-process reference",
-    "hang": "every live rank is blocked in calls nobody can complete; the sandbox ends the run and names why",
-    "error": "a rank raised an exception (or exited non-zero)",
-    "crash": "a rank was killed by a signal (gloo aborts the process on some mismatches)",
-    "timeout": "the run's own time limit passed before it finished, without a provable deadlock",
-}
-# the diagnosis kinds the sandbox names (sandbox/diagnose), one plain sentence each
-KINDS = {
-    "none": "nothing to name: the run finished, or failed in a way no rule recognises",
-    "p2p_cycle": "point-to-point calls wait on each other in a cycle: each rank sends (or receives) first",
-    "p2p_unmatched": "a send or recv that nothing will match: its peer is elsewhere, finished, or uses another tag",
-    "missing_ranks": "some ranks wait in a call that the others never reach: they are elsewhere, or finished",
-    "collective_mismatch": "the ranks are in different collectives at the same point (another op, shape, dtype "
-                           "or root)",
-    "group_mismatch": "the ranks created their process groups in a different order or with different members",
-    "init_mismatch": "the ranks tried to meet at different addresses or with different world sizes in "
-                     "init_process_group (on several nodes, `localhost` is a different address on each)",
-    "duplicate_rank": "two processes claimed the same rank in init_process_group (LOCAL_RANK where RANK was "
-                      "meant), so the ranks nobody claimed never join",
-    "loopback_address": "on several nodes, gloo listened on a loopback address (the hostname resolves to "
-                        "127.0.1.1), so ranks of the other nodes were refused",
-    "node_failure": "a whole node died (every process on it at once), and the job could not go on without its "
-                    "ranks: the ranks that then failed only lost their connection to it",
-    "straggler": "not a deadlock: some ranks were still busy in their own code while the others waited, until a "
-                 "timeout passed",
-    "rank_error": "a rank raised an exception, while the others waited for it",
-    "rank_crashed": "a rank's process died (a signal or an exit) and the others were left waiting",
-    "uneven_steps": "the ranks ran a different number of training steps (uneven inputs), so one waits for a "
-                    "gradient all_reduce nobody else makes",
-    "unused_parameters": "DistributedDataParallel waited for gradients of parameters some ranks did not use",
-    "model_differs": "the ranks built different models (parameters of other shapes or another order) for "
-                     "DistributedDataParallel",
-}
+# what a whole run came to, as a prediction may say it: the verdicts of `sandbox.result` that a broken variant can
+# come to, and "wrong", which only a reference can tell
+VERDICTS = {"ok": VERDICT_GLOSSARY[Verdict.OK],
+            "wrong": "every rank finished, but with a wrong answer: a value differs from the single-process reference",
+            **{str(v): VERDICT_GLOSSARY[v] for v in (Verdict.HANG, Verdict.ERROR, Verdict.CRASH, Verdict.TIMEOUT)}}
+# the diagnosis kinds the sandbox names, one plain sentence each: `sandbox.result`'s
+KINDS = {str(k): s for k, s in KIND_GLOSSARY.items()}
 FIELDS = ("verdict", "kind", "culprits")
 
 
