@@ -53,29 +53,31 @@ class Op(NamedTuple):
     redop: str | None = None         # the argument holding the reduce op
     out: str | None = None           # the output argument, where `splits` are read from it (all_to_all)
     objects: tuple | None = None     # object collectives: (argument sent, argument received) holding objects
+    synced: bool = False             # after it every rank of the group holds the same value (what it received)
+    family: str | None = None        # one collective in several forms: "all_gather", "reduce_scatter"
 
 
 OPS: dict[str, Op] = {
-    "all_reduce": Op("coll", "tensor", redop="op"),
-    "all_reduce_coalesced": Op("coll", "tensors", redop="op"),
-    "all_gather": Op("coll", "tensor"),
-    "all_gather_into_tensor": Op("coll", "input_tensor"),
-    "all_gather_single": Op("coll", "input_tensor"),
-    "all_gather_coalesced": Op("coll", "input_tensor_list"),
-    "reduce_scatter": Op("coll", "input_list", redop="op"),
-    "reduce_scatter_tensor": Op("coll", "input", redop="op"),
-    "reduce_scatter_single": Op("coll", "input", redop="op"),
+    "all_reduce": Op("coll", "tensor", redop="op", synced=True),
+    "all_reduce_coalesced": Op("coll", "tensors", redop="op", synced=True),
+    "all_gather": Op("coll", "tensor", synced=True, family="all_gather"),
+    "all_gather_into_tensor": Op("coll", "input_tensor", synced=True, family="all_gather"),
+    "all_gather_single": Op("coll", "input_tensor", synced=True, family="all_gather"),
+    "all_gather_coalesced": Op("coll", "input_tensor_list", synced=True, family="all_gather"),
+    "reduce_scatter": Op("coll", "input_list", redop="op", family="reduce_scatter"),
+    "reduce_scatter_tensor": Op("coll", "input", redop="op", family="reduce_scatter"),
+    "reduce_scatter_single": Op("coll", "input", redop="op", family="reduce_scatter"),
     "all_to_all": Op("coll", "input_tensor_list", uneven=True, out="output_tensor_list"),
     "all_to_all_single": Op("coll", "input", uneven=True, out="output"),
-    "broadcast": Op("coll", "tensor", "src"),
+    "broadcast": Op("coll", "tensor", "src", synced=True),
     "reduce": Op("coll", "tensor", "dst", redop="op"),
     "gather": Op("coll", "tensor", "dst", uneven=True),
     "scatter": Op("coll", "tensor", "src", uneven=True),
     "barrier": Op("coll"),
     "monitored_barrier": Op("coll"),
-    "all_gather_object": Op("coll", objects=("obj", "object_list")),
+    "all_gather_object": Op("coll", objects=("obj", "object_list"), synced=True),
     "gather_object": Op("coll", None, "dst", default_root=0, objects=("obj", "object_gather_list")),
-    "broadcast_object_list": Op("coll", None, "src", default_root=0, objects=(None, "object_list")),
+    "broadcast_object_list": Op("coll", None, "src", default_root=0, objects=(None, "object_list"), synced=True),
     "scatter_object_list": Op("coll", None, "src", default_root=0, objects=(None, "scatter_object_output_list")),
     "send": Op("p2p", "tensor", "dst", direction="send"),
     "recv": Op("p2p", "tensor", "src", direction="recv"),  # no src: from any rank
@@ -96,6 +98,9 @@ SENDS = frozenset(n for n, o in OPS.items() if o.direction == "send")
 RECVS = frozenset(n for n, o in OPS.items() if o.direction == "recv")
 UNEVEN = frozenset(n for n, o in OPS.items() if o.uneven)
 OBJECT_COLLECTIVES = frozenset(n for n, o in OPS.items() if o.objects)
+SYNCED = frozenset(n for n, o in OPS.items() if o.synced)
+ALL_GATHERS = frozenset(n for n, o in OPS.items() if o.family == "all_gather")
+REDUCE_SCATTERS = frozenset(n for n, o in OPS.items() if o.family == "reduce_scatter")
 # the fields of a call that must match across ranks, which a `wait` copies from the asynchronous call it waits on
 MATCH_FIELDS = ("gname", "group", "seq", "root", "shapes", "length", "dtypes", "redop", "splits")
 

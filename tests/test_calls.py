@@ -158,3 +158,18 @@ def test_splits_that_do_not_pair_up_are_named_as_a_mismatch_of_the_rank_that_sta
     assert (d.kind, d.culprit_ranks, d.details["differs_in"]) == ("collective_mismatch", [2], ["splits"]), d.summary
     assert "rank 2 calls all_to_all_single(shape [9], float32, sends [3, 3, 3], receives [5, 2, 3])" in d.summary
     assert "What each rank sends to a peer must be what that peer expects to receive from it" in d.summary
+
+
+def test_the_op_families_are_the_op_tables_and_every_form_is_in_its_family():
+    """One op table decides the families (`calls.Op.synced`, `.family`); the rules read them there. A form added to
+    the table is in its family by its name, and a rule's own list (origins once missed all_gather_single) is gone."""
+    from sandbox.diagnose import origins, sharding
+
+    assert origins.SYNCS is calls.SYNCED and (sharding.GATHERS, sharding.SCATTERS) == (calls.ALL_GATHERS,
+                                                                                       calls.REDUCE_SCATTERS)
+    for name in calls.OPS:
+        assert (name in calls.ALL_GATHERS) == (name.startswith("all_gather") and name != "all_gather_object"), name
+        assert (name in calls.REDUCE_SCATTERS) == name.startswith("reduce_scatter"), name
+    assert calls.ALL_GATHERS <= calls.SYNCED and not calls.REDUCE_SCATTERS & calls.SYNCED
+    assert {"all_reduce", "broadcast", "all_gather_object", "broadcast_object_list"} <= calls.SYNCED
+    assert not {"reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send"} & calls.SYNCED

@@ -20,6 +20,7 @@ import ast
 import re
 
 from sandbox import branches
+from sandbox.calls import SYNCED
 from sandbox.words import listed, shown_path
 
 # calls whose result is the same on every rank of the world (the size, the backend), or a function of their
@@ -28,9 +29,8 @@ WORLD = re.compile(r"(get_world_size|world_size|WORLD_SIZE|num_replicas|get_back
 PURE = frozenset("int float bool str len abs min max round sum sorted tuple list dict set range any all divmod pow zip"
                  " enumerate reversed isinstance tensor as_tensor zeros ones full arange empty ceil floor sqrt log"
                  " log2 device dtype".split())
-# collectives after which every rank holds the same value in the tensor (or list) passed first
-SYNCS = frozenset("all_reduce broadcast all_gather all_gather_object broadcast_object_list all_gather_into_tensor"
-                  " all_gather_single all_gather_coalesced all_reduce_coalesced".split())
+# collectives after which every rank holds the same value in the tensor (or list) passed first: `sandbox.calls`'s
+SYNCS = SYNCED
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith, ast.Match)
 ADVICE = ("A value that decides which collectives a rank calls must be the same on every rank: sync it first"

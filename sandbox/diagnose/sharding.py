@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 
 from sandbox import words
+from sandbox.calls import ALL_GATHERS, REDUCE_SCATTERS
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis, Kind
 
-GATHERS = {"all_gather_single", "all_gather_into_tensor", "all_gather_coalesced", "all_gather"}
-SCATTERS = {"reduce_scatter_single", "reduce_scatter_tensor", "reduce_scatter"}
+GATHERS, SCATTERS = ALL_GATHERS, REDUCE_SCATTERS  # every form of each: `sandbox.calls`'s families
 FSDP_FRAMES = re.compile(r"torch[/\\]distributed[/\\](?:fsdp|_composable[/\\]fsdp)[/\\]")
 
 FSDP_RULE = ("Every rank must call fully_shard on the same modules, in the same order, so that every rank makes the"
