@@ -40,8 +40,8 @@ from sandbox._run import options
 from sandbox._run.lifecycle import Lifecycle
 from sandbox._run.options import UsageError
 from sandbox._run.procs import Procs, pid_of
+from sandbox._run.start import debug_settings, ranks_env
 from sandbox._run.watch import ABANDONED
-from sandbox._run.start import ranks_env
 from sandbox.result import Diagnosis, RunResult, Verdict
 from sandbox.topology import Topology, hostname
 
@@ -70,9 +70,7 @@ class AgentsRun(Lifecycle):
         super().__init__(topology=Topology(nnodes=nnodes, per_node=nproc_per_node, by_hostname=True),
                          hang_after=hang_after, timeout=timeout, trace_dir=trace_dir, node_options=node_options,
                          faults=faults)
-        extra = defaults.debug_env(debug)
-        # --debug OFF: PyTorch's default, whatever this process's environment says (as under the sandbox's launcher)
-        unset = ("TORCH_DISTRIBUTED_DEBUG",) if debug is not None and not extra else ()
+        extra, unset = debug_settings(debug)
         self.procs = TorchrunProcs(self, target, max_restarts, dict(env or {}, **extra), unset)
 
 

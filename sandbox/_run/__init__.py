@@ -18,6 +18,7 @@ from sandbox import warm as zygotes
 from sandbox._run import options
 from sandbox._run.lifecycle import Lifecycle
 from sandbox._run.options import Interrupted, UsageError
+from sandbox._run.start import debug_settings
 from sandbox._run.zygote import ZygoteProcs
 from sandbox.topology import Topology
 
@@ -62,9 +63,7 @@ class Run(Lifecycle):
                 "backend": backend, "pg_timeout_s": float(pg_timeout), "env": dict(env or {}),
                 "run_id": "sandbox-" + uuid.uuid4().hex[:8], "sys_path": list(sys.path),
                 "preload": list(preload), "nodes": [], "topology": topology}
-        env_extra = defaults.debug_env(debug)
-        # --debug OFF: PyTorch's default, whatever this process's environment says
-        env_unset = ("TORCH_DISTRIBUTED_DEBUG",) if debug is not None and not env_extra else ()
+        env_extra, env_unset = debug_settings(debug)
         self.procs = ZygoteProcs(self, spec, warm=zygotes.default() if warm is None else bool(warm),
                                  env_extra=env_extra, env_unset=env_unset, on_output=on_output)
 

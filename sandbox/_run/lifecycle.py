@@ -77,7 +77,7 @@ class Lifecycle(Watching, Stopping, Assembling):
             self.cluster = nodes.Cluster(nnodes=self.topology.nnodes, **self.node_options)
             self.cluster.__enter__()
             self.schedule = faultlib.Schedule(self.faults, self.cluster, after_kill=self.procs.AFTER_KILL,
-                                              on_kill=getattr(self.procs, "on_kill", None))
+                                              on_kill=self.procs.on_kill)
 
     def _start_and_watch(self) -> None:
         try:

@@ -38,6 +38,10 @@ class Procs:
     def start(self) -> None:
         raise NotImplementedError
 
+    def on_kill(self, node: int) -> None:
+        """Right after the sandbox killed a node (a fault): what this launcher does about it (torchrun's: the node
+        comes back with a fresh agent)."""
+
     def poll(self, wait: float) -> bool:
         """Read what the processes and their traces said (waiting up to `wait` s for it); True if a trace grew."""
         raise NotImplementedError

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import os
 
+from sandbox import defaults
+
+
+def debug_settings(level: str | None) -> tuple[dict, tuple]:
+    """The ranks' environment for a --debug level: what to set, and what to unset (with OFF: PyTorch's default,
+    whatever this process's environment says)."""
+    extra = defaults.debug_env(level)
+    return extra, ("TORCH_DISTRIBUTED_DEBUG",) if level is not None and not extra else ()
+
 
 def ranks_env(env_extra: dict, gpu: bool, run_dir: str, owns_dir: bool, unset: tuple = (),
               nodes: bool = False) -> dict:
