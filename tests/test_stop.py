@@ -1,12 +1,25 @@
-"""How the sandbox's launcher ends a run's ranks (`sandbox._run.stop`), with the signals recorded instead of sent: no
+"""How the run lifecycle ends a run's ranks (`sandbox._run.stop`), with the signals recorded instead of sent: no
 rank is started here."""
 import os
 import signal
 import threading
 
-from sandbox._run.stop import Stopping
-from sandbox._run.watch import Watching
-from sandbox.events import RankTrack
+from sandbox._run.lifecycle import Lifecycle
+from sandbox._run.zygote import ZygoteProcs
+from sandbox.topology import Topology
+
+
+class _Ranks(ZygoteProcs):
+    """The zygote's backend with two ranks it knows (pids 100, 101, their recorders armed) and no zygote."""
+
+    def __init__(self, life):
+        super().__init__(life, {}, warm=False, env_extra={})
+        for r, t in self.ranks.items():
+            t.feed({"ev": "hello", "rank": r, "pid": 100 + r, "flight": True, "t": 0.0})
+            t.pid = 100 + r
+
+    def poll(self, wait: float) -> bool:
+        return False
 
 
 def test_a_rank_is_asked_for_its_stack_only_once_its_recorder_dump_is_written(tmp_path, monkeypatch):
@@ -14,20 +27,8 @@ def test_a_rank_is_asked_for_its_stack_only_once_its_recorder_dump_is_written(tm
     rank's recorder thread runs Python while it writes its dump (SIGUSR2): asked both at once, as the stop step did,
     a stopped rank now and then died of SIGSEGV and its output showed "Fatal Python error: Segmentation fault" (one
     in about 500 pairs of signals on a rank sleeping in its own code; none in 4000 pairs with the stack asked after
-    the dump). Here each rank's dump lands 50 ms after it is asked for."""
+    the dump). Here each rank's dump lands 50 ms after it is asked for. The lifecycle is both launchers'."""
     sent = []
-
-    class Run(Watching, Stopping):
-        def __init__(self):
-            self.dir, self.held, self.stopped_for, self.stack_from = str(tmp_path), [], None, {}
-            self.tracks, self.raw = {}, {}
-            for r in (0, 1):
-                t = self.tracks[r] = RankTrack(r)
-                t.feed({"ev": "hello", "rank": r, "pid": 100 + r, "flight": True, "t": 0.0})
-                t.pid, self.raw[r] = 100 + r, []
-
-        def _pump(self, wait, parse=True):
-            return False
 
     def dump(rank):
         (tmp_path / f"fr-{rank}.pkl").write_bytes(b"dump")
@@ -41,8 +42,10 @@ def test_a_rank_is_asked_for_its_stack_only_once_its_recorder_dump_is_written(tm
         elif sig == signal.SIGUSR1:
             (tmp_path / f"stack-{rank}.txt").write_text("Thread 0x1 (most recent call first):\n")
 
+    life = Lifecycle(topology=Topology(nnodes=1, per_node=2), hang_after=1.0, timeout=60.0, trace_dir=str(tmp_path))
+    life.procs = _Ranks(life)
     monkeypatch.setattr(os, "kill", kill)
-    Run()._stop("failure")
+    life._stop("failure")
     for rank in (0, 1):
         mine = [(s, w) for r, s, w in sent if r == rank]
         assert [s for s, _ in mine] == ["SIGUSR2", "SIGUSR1", "SIGSTOP", "SIGKILL"], sent

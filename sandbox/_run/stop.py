@@ -1,7 +1,7 @@
 """A run's stop step, and its signals: ask every live rank for its Flight Recorder dump (SIGUSR2) and then, once the
-dumps are in, its Python stack (SIGUSR1, faulthandler), wait, bounded, for them, then have the backend end the processes (the zygote's ranks
-one by one, so it reports each exit; torchrun's nodes whole). Every wait here is bounded, so a signal during
-teardown cannot hang it."""
+dumps are in, its Python stack (SIGUSR1, faulthandler), waiting, bounded, for each; then have the backend end the
+processes (the zygote's ranks one by one, so it reports each exit; torchrun's nodes whole). Every wait here is
+bounded, so a signal during teardown cannot hang it."""
 from __future__ import annotations
 
 import contextlib
