@@ -81,7 +81,7 @@ def outcome(t: RankTrack, stopped_for: str | None) -> str:
     if t.ended_by_sandbox:
         # blocked_call: a rank whose stuck call raised only because a peer went away as the sandbox ended the run
         # (ranks are ended one after another) was as hung as the others: judged as from its files offline
-        if blocked_call(t) is not None and stopped_for in (HANG, TIMEOUT, "interrupted"):
+        if blocked_call(t) is not None and stopped_for in (HANG, TIMEOUT, INTERRUPTED):
             return "hung"
         if t.end is None or t.pending is not None:
             return "stopped"
