@@ -4,8 +4,9 @@
 # It fits in 10 minutes on 4 GPUs and 64 cores. While the whole CPU suite runs in one pytest session spread over
 # JOBS workers (pytest-xdist; default: 24 of 64 cores, else half; its test_catalogue runs every bug's CPU variants,
 # as `repro --all` does), the GPUs run every bug's --gpu form (the other half of the cores feed them); then the `gpu`
-# tests run alone on the GPUs (one session: two sessions at once would share pytest's numbered temp dirs). With KV=1, kv-sync's exchange on NCCL by size last. Each step's output goes to
-# $OUT; the summary lines are printed, and the exit code is 0 only if every step passed.
+# tests run alone on the GPUs (one session: two sessions at once would share pytest's numbered temp dirs). With KV=1,
+# kv-sync's exchange on NCCL by size last. Each step's output goes to $OUT; the summary lines are printed, and the
+# exit code is 0 only if every step passed.
 set -u
 # Absolute, so that pytest sessions started in another folder (the plugin's pytester tests) import this tree too.
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
