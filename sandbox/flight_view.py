@@ -122,8 +122,21 @@ def _windows(windows: list[tuple[str, float, float, str]]) -> dict[str, tuple[li
     return {g: ([w[1] for w in ws], list(itertools.accumulate((w[2] for w in ws), max)), ws) for g, ws in by.items()}
 
 
+def finished_with(fr: dict[int, list[dict]], tracks: dict[int, RankTrack]) -> dict[tuple, set[int]]:
+    """(group, seq) -> the ranks that made that collective and then finished (their own code returned): their part
+    of it is done, whatever state their dump gives it (gloo's recorder may leave a last call 'scheduled' for good)."""
+    out: dict[tuple, set[int]] = {}
+    for r, cs in fr.items():
+        if tracks[r].end is not None and tracks[r].end.get("outcome") == "ok":
+            for c in cs:
+                if not c["p2p"]:
+                    out.setdefault((c["gname"], c["seq"]), set()).add(r)
+    return out
+
+
 def _merged_events(t: RankTrack, cs: list[dict], renumber: set[str], members: dict[str, list[int]],
-                   reached: dict[tuple, set[int]], failed_site: str | None) -> list[dict]:
+                   reached: dict[tuple, set[int]], failed_site: str | None,
+                   peers_done: dict[tuple, set[int]] | None = None) -> list[dict]:
     evs = [dict(ev) for ev in t.events]
     exits = {ev["id"]: ev for ev in evs if ev.get("ev") == "exit"}
     traced = [c for c in cs if c["traced"] and not c["p2p"] and c["gname"] in renumber]
@@ -148,7 +161,11 @@ def _merged_events(t: RankTrack, cs: list[dict], renumber: set[str], members: di
         group = members.get(c["gname"])
         peers = [m for m in (group or ()) if m != t.rank]
         met = all(m in reached.get((c["gname"], c["seq"]), {m}) for m in peers)  # a peer's dump without it: not met
-        done = finished or (c["state"] == "completed" and met)
+        # made by every peer, which then finished: it cannot hold this rank (once a peer has exited, a call still
+        # open reads as one nobody can complete), though its own entry may still say 'scheduled': gloo's recorder
+        # left a DDP job's last gradient all_reduce so, for seconds, while the rank ran its own code after it
+        theirs = bool(peers) and all(m in (peers_done or {}).get((c["gname"], c["seq"]), ()) for m in peers)
+        done = finished or (c["state"] == "completed" and met) or theirs
         if k == len(own) - 1 and not done and c["site"] is None:
             # a dump without frames: the rank's last open call is where it is stuck, or where it failed
             c["site"], c["via"] = _where_stuck(t)
@@ -208,12 +225,12 @@ def merge(tracks: dict[int, RankTrack], dumps: dict[int, dict]) -> dict[int, Ran
     for t in tracks.values():
         for g, rs in _groups_of(t).items():
             members.setdefault(g, rs)
-    reached = reached_by(fr)
+    reached, peers_done = reached_by(fr), finished_with(fr, tracks)
     out = {}
     for r, t in tracks.items():
         if r not in fr:
             out[r] = _by_backend_seq(t, renumber)
             continue
         failed_site = (t.error or {}).get("site")
-        out[r] = _rebuilt(t, _merged_events(t, fr[r], renumber, members, reached, failed_site))
+        out[r] = _rebuilt(t, _merged_events(t, fr[r], renumber, members, reached, failed_site, peers_done))
     return out

@@ -502,3 +502,55 @@ def test_a_rank_the_sandbox_ended_while_it_exited_is_judged_by_its_end_record_li
             ts[r].feed({"ev": "enter", "rank": r, "id": 2, "t": 3.2, "op": "all_reduce", "gname": "0",
                         "group": [0, 1, 2], "seq": 2})
         assert policy.judge(ts, policy.FAILURE).outcomes[r] == "stopped"
+
+
+def test_a_ddp_rank_past_its_last_step_is_not_hung_in_a_call_its_recorder_still_calls_scheduled():
+    """Lab 12's cost cell (a correct DDP job, `step_times`) saw a rank's value None: the run had been called hung.
+    At the end of the job gloo's recorder left the last gradient all_reduce (#3 here) 'scheduled' in both ranks'
+    dumps, the finished ones included; rank 0 had exited, and rank 1, which had returned too, was still writing its
+    last dump (a loaded machine held it there over a second). Judged from its dump, rank 1 sat in #3, which its
+    exited peer could never complete: a hang. Every peer's part of #3 is done, so #3 cannot hold rank 1."""
+    import pickle
+
+    from sandbox import flight_view
+
+    def entry(seq, state):
+        return {"record_id": seq - 1, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": seq,
+                "p2p_seq_id": 0, "op_id": seq, "profiling_name": "gloo:all_reduce", "time_created_ns": int(seq * 1e9),
+                "input_sizes": [[5]], "input_dtypes": ["Float"], "output_sizes": [[5]], "output_dtypes": ["Float"],
+                "state": state, "is_p2p": False}
+
+    def dump(*entries):
+        return pickle.loads(pickle.dumps({"version": "2.10", "entries": list(entries), "pg_status": {"0": {
+            "last_enqueued_collective": entries[-1]["collective_seq_id"], "last_started_collective": -1,
+            "last_completed_collective": 2}}}))
+
+    def tracks(rank0_finished=True):
+        ts = {}
+        for r in (0, 1):
+            t = ts[r] = RankTrack(r)
+            t.feed({"ev": "hello", "rank": r, "world_size": 2, "pid": 100 + r, "flight": True, "t": 0.0})
+            t.feed({"ev": "enter", "rank": r, "id": 1, "t": 0.5, "op": "init_process_group", "gname": "0",
+                    "group": [0, 1], "site": "job.py:5"})
+            t.feed({"ev": "exit", "rank": r, "id": 1, "op": "init_process_group", "t": 0.6})
+            t.pid = 100 + r
+        if rank0_finished:
+            ts[0].feed({"ev": "end", "rank": 0, "outcome": "ok", "t": 3.5})
+            ts[0].exit_code = 0
+        return ts
+
+    S = policy.Settings()
+    both = {r: dump(entry(1, "completed"), entry(2, "completed"), entry(3, "scheduled")) for r in (0, 1)}
+    view = flight_view.merge(tracks(), both)
+    assert view[1].pending is None
+    assert policy.decide(view, 9.0, elapsed=9.0, quiet_s=5.0, failed_since=None, settings=S) is None
+    # a peer alive after #3: rank 1 is shown in #3 as its dump says, and #3 can complete (that peer got through it)
+    view = flight_view.merge(tracks(rank0_finished=False),
+                             {0: dump(entry(1, "completed"), entry(2, "completed"), entry(3, "completed")),
+                              1: both[1]})
+    assert view[1].pending["seq"] == 3 and progress_possible(view)
+    # the call a finished peer never made (an extra step on rank 1: ddp-uneven-inputs) still holds rank 1: a hang
+    view = flight_view.merge(tracks(), {0: dump(entry(1, "completed"), entry(2, "completed")), 1: both[1]})
+    assert view[1].pending["seq"] == 3 and view[1].pending["lens"] == "flight"
+    d = policy.decide(view, 9.0, elapsed=9.0, quiet_s=5.0, failed_since=None, settings=S)
+    assert d is not None and d.stop == policy.HANG
