@@ -9,6 +9,8 @@ them by these names, and a kept `--trace-dir` is emptied of exactly these before
     fr-<R>.pkl             rank R's Flight Recorder dump (`sandbox.flight`)
     result-<R>.pkl         rank R's return value (a function's, or a catalogue variant's under torchrun)
     spec.pkl, zygote.log   the sandbox's launcher: what the zygote runs, and what it said
+    ended.json             what the launcher knew of the ranks' ends (why it stopped the run, each rank's pid, exit
+                           status and whether the launcher ended it): `sandbox.diagnose` judges from the same facts
     agent-node<I>.log      torchrun's launcher: the agent's own log on node I, restarts included
     torchelastic-<HOST>/   torchrun's launcher: the agent's own files (its --log-dir)
     attempts/<K>/          torchrun's earlier attempts, moved there by each restarted worker
@@ -21,6 +23,7 @@ import os
 import re
 
 META = "meta.json"
+ENDED = "ended.json"
 SPEC = "spec.pkl"
 ZYGOTE_LOG = "zygote.log"
 ATTEMPTS = "attempts"
@@ -32,7 +35,7 @@ RANK_FILES = ("rank-{r}.jsonl", "fr-{r}.pkl", "stack-{r}.txt", "rank-{r}.log")
 # every file a run writes into its directory, and its folders: a fresh run removes stale ones, which would be
 # read as its own
 RUN_FILE = re.compile(r"(rank-\d+\.(jsonl|log)|stack-\d+\.txt|result-\d+\.pkl|fr-\d+\.pkl|zygote\.log|spec\.pkl"
-                      r"|meta\.json|agent-node\d+\.log)")
+                      r"|meta\.json|ended\.json|agent-node\d+\.log)")
 RUN_DIRS = re.compile(r"attempts|torchelastic-node\d+")
 
 
@@ -76,3 +79,30 @@ def ranks_with(d: str, pattern: re.Pattern) -> dict[int, str]:
         if m:
             out[int(m.group(1))] = os.path.join(d, name)
     return out
+
+
+def write_ended(d: str, stopped_for: str | None, tracks: dict) -> None:
+    """The launcher's facts of each rank's end, beside its trace (see ENDED)."""
+    import json
+
+    facts = {str(r): {"pid": t.pid, "exit_code": t.exit_code, "ended_by_sandbox": t.ended_by_sandbox}
+             for r, t in tracks.items()}
+    with open(os.path.join(d, ENDED), "w", encoding="utf-8") as f:
+        json.dump({"stopped_for": stopped_for, "ranks": facts}, f)
+
+
+def read_ended(d: str, tracks: dict) -> str | None:
+    """Put the launcher's facts of each rank's end (ENDED) on `tracks`, where it left them; returns why it stopped
+    the run (None: it did not, or the directory has no such file: a job run by another launcher)."""
+    import json
+
+    try:
+        with open(os.path.join(d, ENDED), encoding="utf-8") as f:
+            ended = json.load(f)
+    except (FileNotFoundError, ValueError):  # none (torchrun's job, an older run), or cut short: the files alone
+        return None
+    for r, fact in ended.get("ranks", {}).items():
+        t = tracks.get(int(r))
+        if t is not None:
+            t.pid, t.exit_code, t.ended_by_sandbox = fact["pid"], fact["exit_code"], fact["ended_by_sandbox"]
+    return ended.get("stopped_for")

@@ -134,6 +134,17 @@ def exit_code():
     dist.barrier()
 
 
+def exit_code_while_a_peer_waits():
+    """Rank 0 exits at once; rank 2 waits in a recv from rank 1, which is busy in its own code: the sandbox ends
+    rank 2 inside its call for rank 0's failure (a wait nothing about rank 0 ends), every time."""
+    rank, _ = _init()
+    if rank == 0:
+        os._exit(3)
+    if rank == 1:
+        time.sleep(30)
+    dist.recv(torch.zeros(1), src=1)
+
+
 def raises():
     rank, _ = _init()
     dist.barrier()

@@ -47,6 +47,7 @@ class Assembling:
             t.stack = asks.read_stack(self.dir, t.rank, self.stack_from.get(t.rank))
         dumps = flight.read_run(self.dir)  # with the collectives the ranks' Flight Recorders saw (sandbox.flight)
         tracks = flight_view.merge(tracks, dumps) if dumps else tracks
+        rundir.write_ended(self.dir, self.stopped_for, tracks)  # so that the offline judge has the same facts
         j = policy.judge(tracks, self.stopped_for, timeout=self.settings.timeout, blocked_s=self.detect_s)
         verdict, diag = j.verdict, j.diagnosis
         ranks = [RankResult.from_track(t, j.outcomes[r], self.procs.output(t),

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from sandbox import flight, flight_offline, flight_view, policy, words
+from sandbox import flight, flight_offline, flight_view, policy, rundir, words
 from sandbox.events import TRACE_FILE, FormatError, load_dir
 from sandbox.result import Diagnosis, Kind, RankResult, RunResult
 
@@ -30,6 +30,7 @@ def load_result(trace_dir: str, prefix: str = flight.PREFIX) -> RunResult:
         tracks = policy.fill_missing(load_dir(trace_dir))
         dumps = flight.read_run(trace_dir)
         tracks = flight_view.merge(tracks, dumps) if dumps else tracks
+        stopped_for = rundir.read_ended(trace_dir, tracks)  # a sandbox launcher's facts of each rank's end
         absent, unreadable = [], {}
     else:
         found = flight.find(trace_dir, prefix)
@@ -42,7 +43,8 @@ def load_result(trace_dir: str, prefix: str = flight.PREFIX) -> RunResult:
                                      f"{'; ...' if len(unreadable) > 3 else ''}).")
         tracks = flight_offline.tracks_from_dumps(dumps, unreadable)
         absent = sorted(set(tracks) - set(dumps) - set(unreadable))
-    j = policy.judge(tracks)
+        stopped_for = None
+    j = policy.judge(tracks, stopped_for)
     if dumps and not any(TRACE_FILE.fullmatch(n) for n in os.listdir(trace_dir)) and j.verdict == "ok":
         differ = [w for w in j.warnings if w.kind == "collective_differs"]
         if differ:  # the dumps say no more than that the calls completed: their data is wrong
