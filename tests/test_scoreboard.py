@@ -345,16 +345,18 @@ def test_ctrl_c_ends_every_run(clean):
     try:
         import psutil
 
-        def started():  # torchrun, its 2 ranks and sandbox.run name the program on their command lines
+        def started():  # torchrun and its 2 ranks name the program on their command lines; they sit in the hang
+            # until the limit, while the sandbox's run of it may have named the hang and ended already (on a machine
+            # where torch imports slowly, before torchrun's workers start: waiting for it too waited forever)
             n = 0
             for c in psutil.Process(p.pid).children(recursive=True):
                 try:
                     n += "p2p_cycle_kv_swap.py" in " ".join(c.cmdline())
                 except psutil.NoSuchProcess:  # it ended while we looked: not one of those we wait for
                     pass
-            return n >= 4
+            return n >= 3
 
-        wait_for(started, "the runs' ranks to start", 120)
+        wait_for(started, "torchrun's ranks to start", 120)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
     finally:
