@@ -19,6 +19,7 @@ Torch-free and import-light: the ranks import it before anything else.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -83,8 +84,6 @@ def ranks_with(d: str, pattern: re.Pattern) -> dict[int, str]:
 
 def write_ended(d: str, stopped_for: str | None, tracks: dict) -> None:
     """The launcher's facts of each rank's end, beside its trace (see ENDED)."""
-    import json
-
     facts = {str(r): {"pid": t.pid, "exit_code": t.exit_code, "ended_by_sandbox": t.ended_by_sandbox}
              for r, t in tracks.items()}
     with open(os.path.join(d, ENDED), "w", encoding="utf-8") as f:
@@ -94,8 +93,6 @@ def write_ended(d: str, stopped_for: str | None, tracks: dict) -> None:
 def read_ended(d: str, tracks: dict) -> str | None:
     """Put the launcher's facts of each rank's end (ENDED) on `tracks`, where it left them; returns why it stopped
     the run (None: it did not, or the directory has no such file: a job run by another launcher)."""
-    import json
-
     try:
         with open(os.path.join(d, ENDED), encoding="utf-8") as f:
             ended = json.load(f)

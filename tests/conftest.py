@@ -249,7 +249,9 @@ def executed_lab(path: str) -> dict:
     "stderr", "seconds"}; "cached": it was executed by an earlier asker. A lab that failed is not run again: its
     failure is the answer for every reader (the build would fail on it as test_labs does)."""
     need(*NOTEBOOK_PACKAGES)
-    sys.path.insert(0, os.path.join(ROOT, "docs"))
+    docs = os.path.join(ROOT, "docs")
+    if docs not in sys.path:
+        sys.path.insert(0, docs)
     import labs_run  # docs/labs_run.py: the build executes labs the same way
 
     base = _shared("labs-executed")
