@@ -165,7 +165,7 @@ def heading(text: str) -> str:
 
 
 def bug_page(slug: str, run: dict) -> str:
-    """The page of one bug. `run` is the build-time run of its broken variant (hooks.run_bug)."""
+    """The page of one bug. `run` is the build-time run of its broken variant (hooks.run_bugs)."""
     bug = registry()[slug]
     parts = bug.parts
     path = os.path.join(ROOT, *bug.module.split(".")) + ".py"

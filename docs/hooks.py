@@ -4,7 +4,8 @@ At build time it
 - adds one page per catalogue bug at `bugs/<slug>/` from the registry (`sandbox.bugs.registry()`) and the bug
   module's own source (the page's text: docs/catalogue_pages.py); the page draws a real run of the broken variant,
   `python -m sandbox.repro SLUG --variant broken --json`, from its JSON (`RunResult.to_dict()`, the contract every
-  tool reads) with the sandbox's own report, never by scraping what a terminal shows;
+  tool reads) with the sandbox's own report, never by scraping what a terminal shows; the bugs run in two batches,
+  each one process whose runs fork from one warm zygote (docs/bug_runs.py);
 - executes every lab (`labs/*.ipynb`, committed without outputs) in a real kernel, in parallel (docs/labs_run.py),
   and hands the executed copies to mkdocs-jupyter, which renders them under `labs/`; a test session that has
   executed them already passes its copies instead (`DOCS_EXECUTED_LABS=DIR`, tests/conftest.py), so each lab runs
@@ -25,6 +26,7 @@ there: a rebuild then takes seconds. Never set it for a build that checks the la
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import glob
 import json
 import logging
@@ -44,6 +46,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bug_runs  # noqa: E402  docs/bug_runs.py: the catalogue's broken variants, several in one process
 import catalogue_pages  # noqa: E402  docs/catalogue_pages.py, beside this file: the catalogue's pages
 import diagram_pages  # noqa: E402  docs/diagram_pages.py: the Concepts page's pictures, from one real run
 import error_pages  # noqa: E402  docs/error_pages.py: the index of error messages (docs/errors/)
@@ -72,30 +75,41 @@ def _run(cmd: list[str], timeout: float = 300) -> tuple[int, str]:
     return p.returncode, p.stdout + (p.stderr if p.returncode not in (0, 1) else "")
 
 
-def run_bug(slug: str, out_dir: str) -> dict:
-    """The broken variant, run as `python -m sandbox.repro SLUG --variant broken --json --timeline ...`: its JSON,
-    and whether the timeline picture was drawn."""
+def run_bugs(slugs: list, out_dir: str) -> dict:
+    """The broken variants of `slugs`, each as `python -m sandbox.repro SLUG --variant broken --json --timeline
+    ...`, answered one after another in one subprocess whose runs fork from one warm zygote (docs/bug_runs.py):
+    {slug: its JSON, whether the timeline picture was drawn, what it printed on stderr}."""
     from sandbox.bugs import registry, unavailable
 
-    why = unavailable(registry()[slug])
-    if why:  # a bug on simulated nodes, where they cannot be made: its page says so instead of a run
-        return {"rc": 2, "run": None, "unavailable": why, "stderr": "", "timeline": False, "seconds": 0.0}
-    png = os.path.join(out_dir, "bugs", slug, "timeline.png")
-    os.makedirs(os.path.dirname(png), exist_ok=True)
-    t0 = time.monotonic()
+    out, todo = {}, []
+    for slug in slugs:
+        why = unavailable(registry()[slug])
+        if why:  # a bug on simulated nodes, where they cannot be made: its page says so instead of a run
+            out[slug] = {"rc": 2, "run": None, "unavailable": why, "stderr": "", "timeline": False, "seconds": 0.0}
+        else:
+            todo.append(slug)
+    said = ""
     try:
-        p = subprocess.run([sys.executable, "-m", "sandbox.repro", slug, "--variant", "broken", "--json", "--timeline",
-                            png], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired as e:  # killed: on_files names it as a run that failed, with what it said
-        said = e.stderr or b""  # bytes, text=True or not
-        p = subprocess.CompletedProcess(e.cmd, -9, "", f"(killed after {e.timeout:g} s) " + (
-            said.decode(errors="replace") if isinstance(said, bytes) else said))
-    try:
-        run = json.loads(p.stdout)["variants"][0]
-    except (ValueError, KeyError, IndexError):  # no JSON: the run itself failed; on_files names it with its stderr
-        run = None
-    return {"rc": p.returncode, "run": run, "stderr": p.stderr[-3000:], "timeline": os.path.exists(png),
-            "seconds": time.monotonic() - t0}
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "docs", "bug_runs.py"), out_dir, *todo], cwd=ROOT,
+                           env=_env(), capture_output=True, text=True, timeout=300 + 60 * len(todo))
+        said = p.stderr
+    except subprocess.TimeoutExpired as e:  # killed: the runs it finished are kept, on_files names the others
+        said = f"(killed after {e.timeout:g} s) " + ((e.stderr or b"").decode(errors="replace")
+                                                       if isinstance(e.stderr, bytes) else e.stderr or "")
+    for slug in todo:
+        try:
+            with open(bug_runs.record(out_dir, slug), encoding="utf-8") as f:
+                r = json.load(f)
+        except (OSError, ValueError):  # the batch ended before this run did
+            out[slug] = {"rc": -9, "run": None, "stderr": said[-3000:], "timeline": False, "seconds": 0.0}
+            continue
+        try:
+            run = json.loads(r["stdout"])["variants"][0]
+        except (ValueError, KeyError, IndexError):  # no JSON: the run itself failed; on_files names it with its stderr
+            run = None
+        out[slug] = {"rc": r["rc"], "run": run, "stderr": r["stderr"][-3000:],
+                     "timeline": os.path.exists(bug_runs.timeline(out_dir, slug)), "seconds": r["seconds"]}
+    return out
 
 
 def run_home(out_dir: str) -> dict:
@@ -146,17 +160,41 @@ def start_jobs() -> None:
     # the labs take longest: queue them first
     for path in labs:
         todo["lab:" + os.path.basename(path)] = (execute_lab, path, out, jupyter)
-    for slug in bug_order():
-        todo["bug:" + slug] = (run_bug, slug, out)
     jobs = {}
     for key, (fn, *args) in todo.items():
         done = kept.get(key, {})
-        if done.get("run") if key.startswith("bug:") else done.get("rc") == 0 or (key == "home" and done):
-            jobs[key] = concurrent.futures.Future()
-            jobs[key].set_result(kept[key])
+        if done.get("rc") == 0 or (key == "home" and done):
+            jobs[key] = _done(kept[key])
         else:
             jobs[key] = pool.submit(fn, *args)
+    bugs = [slug for slug in bug_order() if not kept.get("bug:" + slug, {}).get("run")]
+    bugs.sort(key=lambda slug: -registry()[slug].nnodes)  # those across nodes take longest: one per batch
+    for slug in bug_order():
+        if slug not in bugs:
+            jobs["bug:" + slug] = _done(kept["bug:" + slug])
+    # the bugs in WORKERS batches, each one process with one warm zygote; each bug's result a future of its own
+    for batch in (bugs[i::WORKERS] for i in range(WORKERS)):
+        if batch:
+            mine = {slug: concurrent.futures.Future() for slug in batch}
+            jobs.update(("bug:" + slug, f) for slug, f in mine.items())
+            pool.submit(run_bugs, batch, out).add_done_callback(functools.partial(_hand_out, mine))
     _state.update(tmp=tmp, out=out, pool=pool, jobs=jobs, t0=time.monotonic(), labs=labs, reuse=reuse)
+
+
+def _done(value) -> concurrent.futures.Future:
+    f = concurrent.futures.Future()
+    f.set_result(value)
+    return f
+
+
+def _hand_out(futures: dict, batch: concurrent.futures.Future) -> None:
+    """A batch of bug runs has ended: each bug's future gets its run, or the batch's exception."""
+    err = batch.exception()
+    for slug, f in futures.items():
+        if err is not None:
+            f.set_exception(err)
+        else:
+            f.set_result(batch.result()[slug])
 
 
 def result(key: str) -> dict:

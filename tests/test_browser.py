@@ -112,6 +112,9 @@ class Visit:
         self.ctx = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
         self.ctx.set_default_timeout(WAIT_MS)
         self.ctx.on("request", lambda r: self.requests.append(r.url))
+        self.finished = []  # requests answered or failed, since the last page opened
+        self.ctx.on("requestfinished", lambda r: self.finished.append(r.url))
+        self.ctx.on("requestfailed", lambda r: self.finished.append(r.url))
         self.ctx.on("response", lambda r: r.status >= 400 and self.errors.append(f"HTTP {r.status} {r.url}"))
         self.ctx.route("**/*", self._route)
         self.ctx.add_init_script(_SPY_ON_SEARCH)
@@ -124,13 +127,30 @@ class Visit:
             route.continue_()
 
     def open(self, url):
+        page, res = self.start(url)
+        self.settle(page)
+        return page, res
+
+    def start(self, url):
+        """Open `url` in a new page of this context, up to its response: (page, response). Other contexts' pages
+        load meanwhile (`settle` waits for this one)."""
+        self.finished.clear()
         page = self.ctx.new_page()
         page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text} ({m.location})"))
         page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-        res = page.goto(url, wait_until="load")
-        # the search index and anything lazy load after `load`; a bounded wait for the network to go quiet
-        page.wait_for_load_state("networkidle")
-        return page, res
+        return page, page.goto(url, wait_until="commit")
+
+    def settle(self, page):
+        """Wait until the page has loaded and what it loads after `load` has come: the search index, which
+        Material's search worker fetches once the page is up (the last request a page of this site makes; a
+        request to another host made before it is recorded too). Bounded by WAIT_MS."""
+        page.wait_for_load_state("load")
+        waited_ms = 0
+        while not any(u.endswith("/search/search_index.json") for u in self.finished):
+            if waited_ms >= WAIT_MS:
+                raise TimeoutError(f"the search index was not fetched within {WAIT_MS} ms of `load`")
+            page.wait_for_timeout(20)  # the browser's clock: events are delivered meanwhile
+            waited_ms += 20
 
     def foreign(self):
         return sorted({u for u in self.requests if _foreign(u)})
@@ -177,19 +197,44 @@ def lab_pages(site) -> list:
 
 # -- every page --------------------------------------------------------------------------------------------------
 
-def test_every_page_loads_offline_without_errors(site, base, visit):
-    found = pages(site)
-    assert "" in found, "the site has no home page"
-    problems = {}
-    for p in found:
-        page, res = visit.open(base + p)
-        bad = [] if res is not None and res.status == 200 else [f"status {res and res.status}"]
-        bad += visit.errors + [f"request to another host: {u}" for u in visit.foreign()]
-        if bad:
-            problems[p or "/"] = bad
-        visit.errors.clear()
-        visit.requests.clear()
-        page.close()
+AT_ONCE = 3  # pages loading side by side, each in its own context (so what each logs is its own)
+
+
+@pytest.fixture(scope="module")
+def tour(site, base, browser):
+    """Every page of the site opened once, AT_ONCE at a time: {path: {"problems": [...], "outputs": (count, text)
+    of a lab page's executed output areas, else None}}. The page tests below read it: a page is loaded once."""
+    labs = set(lab_pages(site))
+    seen, todo = {}, pages(site)
+    visits = [Visit(browser) for _ in range(AT_ONCE)]
+    try:
+        while todo:
+            batch = [(v, p, *v.start(base + p)) for v, p in zip(visits, todo)]
+            todo = todo[len(batch):]
+            for v, p, page, res in batch:
+                try:
+                    v.settle(page)
+                    bad = [] if res is not None and res.status == 200 else [f"status {res and res.status}"]
+                except Exception as e:  # noqa: BLE001  a page that never settles is a problem of that page
+                    bad = [f"did not finish loading: {str(e).splitlines()[0]}"]
+                outputs = None
+                if p in labs:
+                    areas = page.locator(".jp-OutputArea-output")
+                    outputs = (areas.count(), "\n".join(areas.all_inner_texts()) if areas.count() else "")
+                seen[p] = {"problems": bad + v.errors + [f"request to another host: {u}" for u in v.foreign()],
+                           "outputs": outputs}
+                v.errors.clear()
+                v.requests.clear()
+                page.close()
+    finally:
+        for v in visits:
+            v.close()
+    return seen
+
+
+def test_every_page_loads_offline_without_errors(tour):
+    assert "" in tour, "the site has no home page"
+    problems = {p or "/": seen["problems"] for p, seen in tour.items() if seen["problems"]}
     assert not problems, "\n".join(f"{p}: {'; '.join(b)}" for p, b in problems.items())
 
 
@@ -217,21 +262,18 @@ def test_the_checks_can_fail(base, visit):
     page.close()
 
 
-def test_labs_show_executed_output(site, base, visit):
+def test_labs_show_executed_output(site, tour):
     labs = lab_pages(site)
     stems = sorted(os.path.splitext(n)[0] for n in os.listdir(os.path.join(ROOT, "labs")) if n.endswith(".ipynb"))
     missing = [s for s in stems if not any(s in p for p in labs)]
     assert not missing, f"labs without a page under labs/: {missing} (lab pages: {labs})"
     empty = []
     for p in labs:
-        page, _ = visit.open(base + p)
-        outputs = page.locator(".jp-OutputArea-output")
-        text = "\n".join(outputs.all_inner_texts()) if outputs.count() else ""
+        count, text = tour[p]["outputs"]
         # a bug lab's runs end in a verdict, a build-it-yourself lab prints its checks and measures; an unexecuted
         # lab shows no output at all
         if not re.search(r"(?i)\b(ok|hang|error|crash|timeout|right|all_reduce|ms|us)\b", text):
-            empty.append(f"{p}: {outputs.count()} output areas, {text[:200]!r}")
-        page.close()
+            empty.append(f"{p}: {count} output areas, {text[:200]!r}")
     assert not empty, "lab pages without executed output:\n" + "\n".join(empty)
 
 
@@ -323,11 +365,9 @@ def queries() -> dict:
 
 
 def search(page, query: str, paste: bool = False) -> list:
-    """Type `query` into the site's search box as a person would (or paste it, then press End: Material searches on
-    keyup, so a paste is searched when the key comes up); the result links in the order shown."""
+    """Type `query` into the site's open, empty search box as a person would (or paste it, then press End: Material
+    searches on keyup, so a paste is searched when the key comes up); the result links in the order shown."""
     page.wait_for_function("() => window.__search.ready", timeout=WAIT_MS)
-    page.keyboard.press("/")
-    page.locator("input.md-search__input").wait_for(state="visible")
     if paste:
         page.keyboard.insert_text(query)
         page.keyboard.press("End")
@@ -346,48 +386,81 @@ def search(page, query: str, paste: bool = False) -> list:
     return page.eval_on_selector_all(".md-search-result__list > li > a.md-search-result__link", "as => as.map(a => a.href)")
 
 
+class Searcher:
+    """One page of the site kept open for the search tests, as a reader searches one message after another: its
+    worker builds the index once. Each search starts from the open search box emptied; a search that fails drops
+    the page, and the next one opens a fresh one."""
+
+    def __init__(self, browser, base):
+        self.visit, self.base, self._page = Visit(browser), base, None
+
+    def __call__(self, query: str, paste: bool = False) -> list:
+        if self._page is None:
+            self._page, _ = self.visit.open(self.base)
+        page = self._page
+        self.visit.errors.clear()
+        self.visit.requests.clear()
+        try:
+            if not page.evaluate("() => document.querySelector('#__search').checked"):
+                page.keyboard.press("/")  # opens the search box; after a search it stays open, as for a reader
+            box = page.locator("input.md-search__input")
+            box.wait_for(state="visible")
+            box.fill("")  # the last message selected and deleted
+            return search(page, query, paste=paste)
+        except Exception:
+            self.drop()
+            raise
+
+    def drop(self):
+        if self._page is not None:
+            self._page.close()
+            self._page = None
+
+    def problems(self) -> list:
+        """What went wrong in the page while it searched: errors and requests to another host."""
+        return self.visit.errors + [f"request to another host: {u}" for u in self.visit.foreign()]
+
+
+@pytest.fixture(scope="module")
+def searcher(browser, base):
+    s = Searcher(browser, base)
+    try:
+        yield s
+    finally:
+        s.drop()
+        s.visit.close()
+
+
 @pytest.mark.parametrize("slug", sorted(BUGS))
-def test_search_finds_the_bug_page_first(slug, base, visit):
+def test_search_finds_the_bug_page_first(slug, searcher):
     qs = queries()
     assert slug in qs, f"docs_queries() has no error message for {slug}"
-    page, _ = visit.open(base)
-    try:
-        links = search(page, qs[slug])
-        if slug == "cross-device":  # what a reader sees, for the closing note
-            os.makedirs(SHOTS, exist_ok=True)
-            page.screenshot(path=os.path.join(SHOTS, f"search-{slug}.png"))
-    finally:
-        page.close()
+    links = searcher(qs[slug])
+    if slug == "cross-device":  # what a reader sees, for the closing note
+        os.makedirs(SHOTS, exist_ok=True)
+        searcher._page.screenshot(path=os.path.join(SHOTS, f"search-{slug}.png"))
     paths = [urllib.parse.urlsplit(u).path for u in links]
     assert paths and paths[0] == f"/bugs/{slug}/", (
         f"searching {qs[slug]!r} lists first {paths[0] if paths else 'nothing'}; the first five: {paths[:5]}")
-    assert visit.errors == [] and visit.foreign() == [], (visit.errors, visit.foreign())
+    assert searcher.problems() == []
 
 
 @pytest.mark.parametrize("location", sorted(ERRORS))
-def test_search_finds_the_error_page_first(location, base, visit):
+def test_search_finds_the_error_page_first(location, searcher):
     """The message pasted whole, as torch prints it (with a real run's numbers), lists its page first."""
-    page, _ = visit.open(base)
-    try:
-        links = search(page, ERRORS[location], paste=True)
-    finally:
-        page.close()
+    links = searcher(ERRORS[location], paste=True)
     paths = [urllib.parse.urlsplit(u).path for u in links]
     assert paths and paths[0] == "/" + location, (
         f"pasting {ERRORS[location]!r} lists first {paths[0] if paths else 'nothing'}; the first five: {paths[:5]}")
-    assert visit.errors == [] and visit.foreign() == [], (visit.errors, visit.foreign())
+    assert searcher.problems() == []
 
 
 @pytest.mark.parametrize("location, query", TYPED, ids=[q for _, q in TYPED])
-def test_search_finds_the_error_page_first_for_the_short_form_a_person_types(location, query, base, visit):
+def test_search_finds_the_error_page_first_for_the_short_form_a_person_types(location, query, searcher):
     """`RuntimeError: Connection closed by peer`, typed, lists its page first, not a bug page whose heading quotes
     those words (several bugs raise it: the page lists them all)."""
-    page, _ = visit.open(base)
-    try:
-        links = search(page, query)
-    finally:
-        page.close()
+    links = searcher(query)
     paths = [urllib.parse.urlsplit(u).path for u in links]
     assert paths and paths[0] == "/" + location, (
         f"typing {query!r} lists first {paths[0] if paths else 'nothing'}; the first five: {paths[:5]}")
-    assert visit.errors == [] and visit.foreign() == [], (visit.errors, visit.foreign())
+    assert searcher.problems() == []
