@@ -46,6 +46,7 @@ from sandbox.result import Diagnosis, RunResult, Verdict
 from sandbox.topology import Topology, hostname
 
 log = logging.getLogger("sandbox.launcher")
+KEEP_ALIVE_S = 2  # the agents' rendezvous heartbeat (torchrun: 5 s); see _agent_argv
 
 RDZV_PORT = 29400     # torchrun's own default; free in node0's namespace, which nothing else uses
 AGENT_EXIT_S = 5.0    # how long a killed node's agent may take to be reaped
@@ -104,6 +105,9 @@ class TorchrunProcs(Procs):
             "--rdzv-endpoint", f"{life.cluster.node(0).hostname}:{RDZV_PORT}",
             "--rdzv-id", os.path.basename(life.dir), "--max-restarts", str(self.max_restarts),
             "--monitor-interval", "0.5",
+            # a node that died is dropped from the rendezvous once it has missed 3 heartbeats: every 2 s here
+            # (torchrun's default is every 5 s), so a restart after a node failure waits 6 s for it, not 15
+            "--rdzv-conf", f"keep_alive_interval={KEEP_ALIVE_S},keep_alive_max_attempt=3",
             # its own files in the run's directory: by default each agent leaves a torchelastic_* in /tmp
             "--log-dir", rundir.agent_dir(life.dir, node.hostname), *worker])
 
