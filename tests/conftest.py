@@ -243,6 +243,11 @@ def _shared(name: str) -> str:
 LABS = sorted(glob.glob(os.path.join(ROOT, "labs", "*.ipynb")))
 
 
+def lab_cache() -> str:
+    """Where executed_lab keeps the executed copies, with a NAME.json and a NAME.lock per lab."""
+    return _shared("labs-executed")
+
+
 def executed_lab(path: str) -> dict:
     """`path` executed in a real kernel (docs/labs_run.py), once per test run: the first worker to ask executes it,
     under a lock of its own, and every later asker (test_labs.py, the docs build) reads the copy. {"rc", "dest",
@@ -254,7 +259,7 @@ def executed_lab(path: str) -> dict:
         sys.path.insert(0, docs)
     import labs_run  # docs/labs_run.py: the build executes labs the same way
 
-    base = _shared("labs-executed")
+    base = lab_cache()
     name = os.path.basename(path)
     with open(os.path.join(base, name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # bounded: the holder's execution has its own limit (LAB_TIMEOUT_S)
