@@ -29,13 +29,13 @@ to every process in node1's namespace, its agent and its workers, once rank 2 ha
 agent then starts there, as a cluster's scheduler brings a machine back.
 
 Run: python -m sandbox.repro node-failure
-    broken: CRASH [node_failure]: 4 ranks in 12.99 s
+    broken: CRASH [node_failure]: 4 ranks in 12.10 s
       Node1 died: killed when rank 2 (node1) entered its call 8, taking ranks 2 and 3 (node1) with it, and the
       job could not go on without them; ranks 0 and 1 (node0) then failed or were ended, a consequence. With
       --max-restarts 0 torchrun does not restart the workers: the work since the last checkpoint is lost. The
       torchrun agent on node1 was still running 5 s after the one on node0 ended; the sandbox ended it.
       expected: crash or error, node_failure, culprits [2, 3] -> as documented
-    fixed: OK: 4 ranks in 23.91 s
+    fixed: OK: 4 ranks in 19.01 s
       expected: ok, = single-process reference -> as documented
 """
 import os
