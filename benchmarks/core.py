@@ -264,7 +264,9 @@ def _free_port() -> int:
 
 def _torchrun(n: int, script: str, cwd: str) -> tuple[float, str]:
     return _run([PY, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-addr", "127.0.0.1",
-                 "--master-port", str(_free_port()), script], cwd)
+                 "--master-port", str(_free_port()),
+                 # torchrun's own files under the benchmark's temp dir: by default it leaves a /tmp/torchelastic_*
+                 "--log-dir", tempfile.mkdtemp(prefix="torchrun-", dir=cwd), script], cwd)
 
 
 def _sig(x: float) -> str:
