@@ -167,3 +167,32 @@ def guarded(main: Callable[[], int], prog: str) -> int:
     except KeyboardInterrupt:
         say(prog, "interrupted.")
         return INTERRUPTED
+
+
+def answer(main: Callable[[list], int], argv: list, prog: str) -> tuple[int, str, str]:
+    """A command answered in this process, as its `__main__` answers it in its own (under `guarded`), with what it
+    printed captured: (exit code, stdout, stderr). A SystemExit gives its code (a message as code: printed, 1); an
+    exception that escapes is printed as the interpreter prints it, exit code 1. -v's handler goes with the captured
+    stderr. For callers that answer many commands in one warm process (the tests, the docs build's bug runs)."""
+    import contextlib
+    import io
+    import traceback
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = guarded(lambda: main(argv), prog)
+            except SystemExit as e:  # argparse, or a command's own exit
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if e.code is not None and not isinstance(e.code, int):
+                    print(e.code, file=sys.stderr)
+            except Exception:  # noqa: BLE001  what the interpreter would print for an escaped exception
+                traceback.print_exc()
+                code = 1
+    finally:
+        log = logging.getLogger("sandbox")
+        log.handlers = [h for h in log.handlers if not getattr(h, "sandbox_cli", False)]
+        log.setLevel(logging.NOTSET)
+        log.propagate = True
+    return code, out.getvalue(), err.getvalue()

@@ -73,40 +73,22 @@ def run_cli(*args, timeout=120, env=None, process=False, **kw):
 
 
 def _in_process(args: list, env: dict, cwd: str) -> subprocess.CompletedProcess:
-    import contextlib
     import importlib
-    import io
-    import logging
-    import traceback
 
     from sandbox import cli
 
     module, prog = _IN_PROCESS[args[0]]
     main = importlib.import_module(module).main
-    out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     os.environ.update(env)
     os.chdir(cwd)
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = cli.guarded(lambda: main(args[1:]), prog)
-            except SystemExit as e:  # argparse, or a command's own exit
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-                if e.code is not None and not isinstance(e.code, int):
-                    print(e.code, file=sys.stderr)
-            except Exception:  # noqa: BLE001  what the interpreter would print for an escaped exception: tests say no
-                traceback.print_exc()
-                code = 1
+        code, out, err = cli.answer(main, args[1:], prog)
     finally:
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-        log = logging.getLogger("sandbox")  # -v's handler writes to the captured stderr: it goes with it
-        log.handlers = [h for h in log.handlers if not getattr(h, "sandbox_cli", False)]
-        log.setLevel(logging.NOTSET)
-        log.propagate = True
-    return subprocess.CompletedProcess(["python", "-m", *args], code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(["python", "-m", *args], code, out, err)
 
 
 def sandbox_dirs() -> set:

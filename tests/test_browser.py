@@ -156,6 +156,14 @@ class Visit:
     def foreign(self):
         return sorted({u for u in self.requests if _foreign(u)})
 
+    def problems(self) -> list:
+        """What went wrong since the records were last cleared: errors and requests to another host."""
+        return self.errors + [f"request to another host: {u}" for u in self.foreign()]
+
+    def clear(self):
+        self.errors.clear()
+        self.requests.clear()
+
     def close(self):
         self.ctx.close()
 
@@ -222,10 +230,8 @@ def tour(site, base, browser):
                 if p in labs:
                     areas = page.locator(".jp-OutputArea-output")
                     outputs = (areas.count(), "\n".join(areas.all_inner_texts()) if areas.count() else "")
-                seen[p] = {"problems": bad + v.errors + [f"request to another host: {u}" for u in v.foreign()],
-                           "outputs": outputs}
-                v.errors.clear()
-                v.requests.clear()
+                seen[p] = {"problems": bad + v.problems(), "outputs": outputs}
+                v.clear()
                 page.close()
     finally:
         for v in visits:
@@ -399,8 +405,7 @@ class Searcher:
         if self._page is None:
             self._page, _ = self.visit.open(self.base)
         page = self._page
-        self.visit.errors.clear()
-        self.visit.requests.clear()
+        self.visit.clear()
         try:
             if not page.evaluate("() => document.querySelector('#__search').checked"):
                 page.keyboard.press("/")  # opens the search box; after a search it stays open, as for a reader
@@ -417,9 +422,14 @@ class Searcher:
             self._page.close()
             self._page = None
 
+    @property
+    def page(self):
+        """The open page (None after a failed search dropped it)."""
+        return self._page
+
     def problems(self) -> list:
-        """What went wrong in the page while it searched: errors and requests to another host."""
-        return self.visit.errors + [f"request to another host: {u}" for u in self.visit.foreign()]
+        """What went wrong in the page while it searched."""
+        return self.visit.problems()
 
 
 @pytest.fixture(scope="module")
@@ -439,7 +449,7 @@ def test_search_finds_the_bug_page_first(slug, searcher):
     links = searcher(qs[slug], paste=True)  # as a reader brings a message: pasted (typing is the short forms' test)
     if slug == "cross-device":  # what a reader sees, for the closing note
         os.makedirs(SHOTS, exist_ok=True)
-        searcher._page.screenshot(path=os.path.join(SHOTS, f"search-{slug}.png"))
+        searcher.page.screenshot(path=os.path.join(SHOTS, f"search-{slug}.png"))
     paths = [urllib.parse.urlsplit(u).path for u in links]
     assert paths and paths[0] == f"/bugs/{slug}/", (
         f"searching {qs[slug]!r} lists first {paths[0] if paths else 'nothing'}; the first five: {paths[:5]}")
