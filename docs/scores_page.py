@@ -27,6 +27,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCORES = os.path.join(ROOT, "benchmarks", "scoreboard.json")
 NCCL = os.path.join(ROOT, "benchmarks", "scoreboard-nccl.json")
 CORPUS = os.path.join(ROOT, "benchmarks", "corpus")
+# the set written after the rules, by authors who had not read them (benchmarks/corpus_after/README.md)
+AFTER = os.path.join(ROOT, "benchmarks", "scoreboard-after.json")
+CORPUS_AFTER = os.path.join(ROOT, "benchmarks", "corpus_after")
+AFTER_COMMAND = ("python benchmarks/scoreboard.py --corpus benchmarks/corpus_after --tools sandbox "
+                 "--write benchmarks/scoreboard-after.json")
 
 # The tools in the order of the tables, and how the page names them (the list under "How it is scored" spells out
 # each one's command): plain text, short, so a table of nine columns fits the page without scrolling.
@@ -206,7 +211,7 @@ def describe(case: str, label: dict, corpus: str) -> str:
     """The case's docstring, read from its file in the corpus; flagged when the file is gone or changed."""
     path = os.path.join(corpus, case + ".py")
     if not os.path.exists(path):
-        return "(no such file in benchmarks/corpus/ any more)"
+        return f"(no such file in {os.path.relpath(corpus, ROOT)}/ any more)"
     with open(path, "rb") as f:
         src = f.read()
     try:
@@ -287,7 +292,19 @@ def nccl_part(data: dict | None, corpus: str) -> str:
             f"cases)\"\n{table}")
 
 
-def markdown(name: str, *, scores: str = SCORES, nccl: str = NCCL, corpus: str = CORPUS) -> str:
+def after_part(data: dict | None, corpus: str) -> str:
+    """The set written after the rules: the sandbox's scores on it, where and when, by family, its cases folded."""
+    if data is None:
+        return ("The set written after the rules has not been scored yet. From the repository root, this writes "
+                f"`benchmarks/scoreboard-after.json`, which this section shows once it is committed:"
+                f"\n\n```bash\n{AFTER_COMMAND}\n```")
+    table = "\n".join("    " + line for line in case_table(data, corpus).splitlines())
+    return (f"{main_table(data)}\n\n{provenance(data)}\n\n{class_table(data)}\n\n??? note \"Per case "
+            f"({len(data['corpus'])} cases written after the rules)\"\n{table}")
+
+
+def markdown(name: str, *, scores: str = SCORES, nccl: str = NCCL, corpus: str = CORPUS, after: str = AFTER,
+             corpus_after: str = CORPUS_AFTER) -> str:
     """The generated part `name` (`<!-- gen: NAME -->` in docs/scores.md)."""
     parts = {"scores-main": lambda d: main_table(d) + "\n\n" + provenance(d),
              "scores-classes": class_table,
@@ -295,10 +312,13 @@ def markdown(name: str, *, scores: str = SCORES, nccl: str = NCCL, corpus: str =
              "scores-said": said}
     if name == "scores-nccl":
         return nccl_part(load(nccl), corpus)
+    if name == "scores-after":
+        return after_part(load(after), corpus_after)
     if name == "scores-tools":  # the parsers' rules stand before the first run; the commands come with it
         return tool_commands(load(scores))
     if name not in parts:
         raise KeyError(f"unknown generated part {name!r} of docs/scores.md (known: scores-tools, scores-nccl, "
+                       f"scores-after, "
                        f"{', '.join(parts)})")
     data = load(scores)
     if data is None:

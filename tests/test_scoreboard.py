@@ -117,18 +117,26 @@ def test_no_dumps_and_lines_of_other_files():
 
 # ---- the corpus ----------------------------------------------------------------------------------------------
 
-def test_the_corpus_is_well_formed():
-    cases, problems = corpus.load()
+@pytest.mark.parametrize("folder", sorted(corpus.SETS))
+def test_the_corpus_is_well_formed(folder):
+    folder = corpus.SETS[folder]
+    cases, problems = corpus.load(folder)
     assert cases, "the corpus is empty"
     assert problems == {}, "\n".join(p for ps in problems.values() for p in ps)
-    faulty = [f for f in os.listdir(corpus.CORPUS) if f.endswith(".py") and not f.endswith(".fixed.py")]
+    faulty = [f for f in os.listdir(folder) if f.endswith(".py") and not f.endswith(".fixed.py")]
     named = []
     for f in faulty:
-        with open(os.path.join(corpus.CORPUS, f)) as fh:
+        with open(os.path.join(folder, f)) as fh:
             named.append(fh.readline().strip())
     assert len(named) == len(set(named)), "two files say the same `# case:`"
     for c in cases.values():
         assert set(c.culprits) <= set(range(c.world)) and os.path.exists(c.fixed_path)
+
+
+def test_the_two_sets_name_different_cases():
+    """A case's name keys its runs and scores: the set written after the rules must not reuse one."""
+    before, after = (set(corpus.load(corpus.SETS[s])[0]) for s in ("corpus", "corpus_after"))
+    assert not before & after
 
 
 def _write(folder, name, text):
@@ -270,9 +278,9 @@ def test_the_table_shows_every_tool_and_class():
 RERUN = "rerun `python benchmarks/scoreboard.py --write benchmarks/scoreboard.json`"
 
 
-def stale(doc: dict) -> list[str]:
-    """What in a scoreboard document no longer matches the corpus' files."""
-    cases, _ = corpus.load()
+def stale(doc: dict, folder: str = corpus.CORPUS) -> list[str]:
+    """What in a scoreboard document no longer matches the corpus' files (of `folder`)."""
+    cases, _ = corpus.load(folder)
     out = [f"{n}: in the corpus, not in the scoreboard" for n in sorted(set(cases) - set(doc["corpus"]))]
     out += [f"{n}: in the scoreboard, not in the corpus" for n in sorted(set(doc["corpus"]) - set(cases))]
     for name in sorted(set(cases) & set(doc["corpus"])):
@@ -282,14 +290,19 @@ def stale(doc: dict) -> list[str]:
     return out
 
 
-def test_the_committed_scoreboard_matches_the_corpus():
-    if not os.path.exists(COMMITTED):
-        pytest.skip("benchmarks/scoreboard.json is not written yet (python benchmarks/scoreboard.py --write "
-                    "benchmarks/scoreboard.json)")
-    with open(COMMITTED) as f:
+@pytest.mark.parametrize("committed, folder, rerun", [
+    (COMMITTED, corpus.CORPUS, RERUN),
+    (os.path.join(ROOT, "benchmarks", "scoreboard-after.json"), corpus.CORPUS_AFTER,
+     "rerun `python benchmarks/scoreboard.py --corpus benchmarks/corpus_after --tools sandbox --write "
+     "benchmarks/scoreboard-after.json`")], ids=["corpus", "corpus_after"])
+def test_the_committed_scoreboard_matches_the_corpus(committed, folder, rerun):
+    name = os.path.relpath(committed, ROOT)
+    if not os.path.exists(committed):
+        pytest.skip(f"{name} is not written yet ({rerun})")
+    with open(committed) as f:
         doc = json.load(f)
-    problems = stale(doc)
-    assert not problems, f"benchmarks/scoreboard.json is stale ({'; '.join(problems)}): {RERUN}"
+    problems = stale(doc, folder)
+    assert not problems, f"{name} is stale ({'; '.join(problems)}): {rerun}"
 
 
 def test_the_staleness_check_can_fail():

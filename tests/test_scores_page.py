@@ -24,7 +24,7 @@ import pytest
 from conftest import ROOT, need
 
 SAMPLE = os.path.join(ROOT, "tests", "data", "scores_sample.json")
-PARTS = ("scores-main", "scores-tools", "scores-classes", "scores-cases", "scores-said", "scores-nccl")
+PARTS = ("scores-main", "scores-tools", "scores-classes", "scores-cases", "scores-said", "scores-nccl", "scores-after")
 GPU = "1x NVIDIA H100 80GB HBM3, 16 CPU cores"
 
 
@@ -125,8 +125,9 @@ def write(tmp_path, data, name="scoreboard.json"):
     return str(path)
 
 
-def render(scores, corpus, nccl="/nonexistent/scoreboard-nccl.json"):
-    return {n: page.markdown(n, scores=scores, nccl=nccl, corpus=corpus) for n in PARTS}
+def render(scores, corpus, nccl="/nonexistent/scoreboard-nccl.json", after="/nonexistent/scoreboard-after.json"):
+    return {n: page.markdown(n, scores=scores, nccl=nccl, corpus=corpus, after=after, corpus_after=corpus)
+            for n in PARTS}
 
 
 def nccl_sample(sample):
@@ -137,6 +138,16 @@ def nccl_sample(sample):
     data["runs"] = [r for r in data["runs"] if r["case"] in data["corpus"] and r["tool"] in ("sandbox", "flight")]
     data.update(made="2026-02-03T10:20:00Z", torch="2.13.0+cu128", machine=GPU, backend="nccl",
                 tools={t: data["tools"][t] for t in ("sandbox", "flight")}, scores=rescore(data), per_class={})
+    return data
+
+
+def after_sample(sample):
+    """The sample as the set written after the rules is scored: the sandbox alone, scored again from its runs."""
+    data = copy.deepcopy(sample)
+    data["runs"] = [r for r in data["runs"] if r["tool"] == "sandbox"]
+    data.update(made="2026-11-28T00:59:00Z", tools={"sandbox": data["tools"]["sandbox"]}, scores=rescore(data),
+                per_class={"sandbox": data["per_class"]["sandbox"]},
+                command="python benchmarks/scoreboard.py --corpus benchmarks/corpus_after --tools sandbox")
     return data
 
 
@@ -239,6 +250,8 @@ def test_before_the_first_run_the_page_says_so(tmp_path, corpus):
     assert all(page.TOOLS[t] in parts["scores-tools"] for t in page.TOOLS)  # how each is parsed stands before
     assert "has not been scored yet" in parts["scores-nccl"]
     assert f"```bash\n{page.NCCL_COMMAND}\n```" in parts["scores-nccl"]
+    assert "has not been scored yet" in parts["scores-after"]
+    assert f"```bash\n{page.AFTER_COMMAND}\n```" in parts["scores-after"]
 
 
 def test_nccl_section_from_its_own_file(tmp_path, sample, corpus):
@@ -249,6 +262,18 @@ def test_nccl_section_from_its_own_file(tmp_path, sample, corpus):
     for want in (GPU, "torch 2.13.0+cu128", "3 February 2026", "backend nccl"):
         assert want in text, want
     assert page.TOOLS["torchrun"] not in text and "objects_gpu_tensor" not in text  # nccl: no
+
+
+def test_the_set_written_after_the_rules_from_its_own_file(tmp_path, sample, corpus):
+    """Its own figures (the sandbox's, recomputed from its runs), its date and command, its families and cases."""
+    after = after_sample(sample)
+    text = page.markdown("scores-after", after=write(tmp_path, after, "after.json"), corpus_after=corpus)
+    assert main_row_problems(text, after) == []
+    assert [r[0] for r in rows(text.split("\n\n")[0])] == [page.TOOLS["sandbox"]]
+    for want in ("28 November 2026, 00:59 UTC", "--corpus benchmarks/corpus_after", f"({len(after['corpus'])} cases"):
+        assert want in text, want
+    assert all(f"**{case}**" in text for case in after["corpus"])
+    assert page.TOOLS["torchrun"] not in text
 
 
 def test_the_page_converts_with_the_sites_extensions(tmp_path, sample, corpus):
@@ -263,7 +288,8 @@ def test_the_page_converts_with_the_sites_extensions(tmp_path, sample, corpus):
     assert meta == {"hide": ["toc"]}  # the wide tables take the table of contents' column
     markers = re.findall(r"<!-- gen: (.+?) -->", source)
     assert sorted(markers) == sorted(PARTS)
-    parts = render(write(tmp_path, sample), corpus, nccl=write(tmp_path, nccl_sample(sample), "nccl.json"))
+    parts = render(write(tmp_path, sample), corpus, nccl=write(tmp_path, nccl_sample(sample), "nccl.json"),
+                   after=write(tmp_path, after_sample(sample), "after.json"))
     filled = re.sub(r"<!-- gen: (.+?) -->", lambda m: parts[m.group(1)], source)
     with open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8") as f:
         exts = yaml.safe_load(f)["markdown_extensions"]
@@ -271,12 +297,14 @@ def test_the_page_converts_with_the_sites_extensions(tmp_path, sample, corpus):
     config = {next(iter(e)): e[next(iter(e))] for e in exts if isinstance(e, dict)}
     out = md.markdown(filled, extensions=names, extension_configs=config)
     tables = re.findall(r"<table>(.*?)</table>", out, re.S)
-    assert len(tables) == 8  # scores, three parsers' rules, family, case, NCCL scores, NCCL cases
+    assert len(tables) == 11  # scores, three parsers' rules, family, case, NCCL scores and cases, the set written
+    # after the rules: its scores, families and cases
     for t in tables:
         widths = {len(re.findall(r"<t[hd][ >]", tr)) for tr in re.findall(r"<tr>(.*?)</tr>", t, re.S)}
         assert len(widths) == 1, f"a row with another number of cells: {widths}"
-    # a folded block per case, one for the NCCL cases, one per parser's rules: each one a <details>, none left as text
-    assert out.count("<details") == filled.count("\n??? ") + filled.count("\n    ??? ") == len(sample["corpus"]) + 4
+    # a folded block per case, one for the NCCL cases, one for the later set's cases, one per parser's rules: each
+    # one a <details>, none left as text
+    assert out.count("<details") == filled.count("\n??? ") + filled.count("\n    ??? ") == len(sample["corpus"]) + 5
     assert "???" not in out
     assert "<!-- gen:" not in out and "<script" not in out
     assert html.escape("goes <wrong> here", quote=False) in out

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(HERE, "corpus")
+# the set written after the rules: programs by authors who had not read the diagnosis, re-authored from real bug
+# reports, each labelled from plain torchrun's runs (benchmarks/corpus_after/README.md)
+CORPUS_AFTER = os.path.join(HERE, "corpus_after")
+SETS = {"corpus": CORPUS, "corpus_after": CORPUS_AFTER}
 
 # the cause vocabulary: what a label names and what every parser may emit
 CAUSES = ("mismatch", "missing_ranks", "p2p_cycle", "p2p_unmatched", "unwaited", "groups", "init", "object_device",
