@@ -66,32 +66,44 @@ def _tagged(nb, tag):
     return _text(cells[0])
 
 
+AHEAD = 2  # labs executed beside the test's own
+
+
 def _execute(path):
     """The lab executed in a real kernel, once per test run (tests/conftest.py, `executed_lab`: the docs build renders
     the same executed copy): the notebook with its outputs, and the seconds its execution took.
 
-    Meanwhile the next lab that nobody has started is executed beside it, and waited for before this test ends (the
-    `clean` check sees nothing of it): a lab leaves its cores idle for much of its run (ranks waiting in a hang, a
-    timeout, a restart), so the two workers keep up to four kernels busy, and a later lab test finds its copy."""
+    Meanwhile the next AHEAD labs that nobody has started are executed beside it, and waited for before this test
+    ends (the `clean` check sees nothing of them): a lab leaves its cores idle for much of its run (ranks waiting in
+    a hang, a timeout, a restart), and xdist hands the lab tests to one worker in one chunk, so without this one
+    kernel at a time would run beside the other worker's tests. A later lab test finds its copy."""
     import concurrent.futures
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-ahead") as pool:
-        ahead = _unstarted_after(path)
-        later = pool.submit(executed_lab, ahead) if ahead else None
+    with concurrent.futures.ThreadPoolExecutor(max_workers=AHEAD, thread_name_prefix="lab-ahead") as pool:
+        later = []
+        for _ in range(AHEAD):
+            ahead = _unstarted_after(path, skip=later)
+            if ahead is None:
+                break
+            later.append(ahead)
+        futures = [pool.submit(executed_lab, p) for p in later]
         r = executed_lab(path)
-        if later is not None:
-            later.result()  # its own test asserts on it
+        for f in futures:
+            f.result()  # its own test asserts on it
     assert r["rc"] == 0, f"{_name(path)} failed to execute:\n{r['stderr']}"
     return nbformat.read(r["dest"], as_version=4), r["seconds"]
 
 
-def _unstarted_after(path):
-    """The first lab after `path` (in ORDER, then from the start) that no worker has executed or is executing."""
+def _unstarted_after(path, skip=()):
+    """The first lab after `path` (in ORDER, then from the start), not in `skip`, that no worker has executed or is
+    executing."""
     import fcntl
 
     base = lab_cache()
     i = ORDER.index(path)
     for p in ORDER[i + 1:] + ORDER[:i]:
+        if p in skip:
+            continue
         name = os.path.basename(p)
         if os.path.exists(os.path.join(base, name + ".json")):
             continue
