@@ -7,6 +7,7 @@ CPU twin of the NCCL test in tests/test_gpu.py: a sandbox run's trace, edited as
 from its directory."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -202,6 +203,43 @@ def test_calls_reads_the_frames_of_a_torchrun_dump(uneven_dumps):
         assert c["site"].endswith(f"train.py:{backward}"), c
     made = [c for c in cs if c["via"] == "DistributedDataParallel(...)"]
     assert made and all(c["site"].endswith(f"train.py:{built}") and c["traced"] is False for c in made), cs
+
+
+SETTLING = """\
+import pickle
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, BENCHMARKS)
+from fr_dump import SETTLE_S, Dumper
+
+def behind(data):
+    return any(g["last_completed_collective"] < g["last_enqueued_collective"]
+               for g in (pickle.loads(data).get("pg_status") or {}).values())
+
+dist.init_process_group("gloo")
+at_once = settled = 0
+for _ in range(40):
+    dist.all_reduce(torch.ones(9))
+    at_once += behind(Dumper._snapshot(0.0))
+    dist.all_reduce(torch.ones(9))
+    settled += behind(Dumper._snapshot(SETTLE_S))
+print(f"rank {dist.get_rank()}: behind at once {at_once} of 40, settled {settled} of 40", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_deliberate_dump_waits_for_the_recorder_to_mark_the_last_collective_completed(tmp_path):
+    """On gloo a group's completed count is set by its worker thread just after the caller's wait returns, so a dump
+    taken at once may show a finished all_reduce as still running (a correct DDP job then read as hung in its last
+    collective). The runner's dumps at destroy_process_group and at the end wait for it (fr_dump.SETTLE_S)."""
+    p, _ = _start(tmp_path, SETTLING.replace("BENCHMARKS", repr(os.path.dirname(FR_DUMP))))
+    assert p.wait(timeout=JOB_TIMEOUT_S) == 0, (tmp_path / "torchrun.log").read_text()[-3000:]
+    said = re.findall(r"rank (\d): behind at once (\d+) of 40, settled (\d+) of 40", (tmp_path / "torchrun.log").read_text())
+    assert sorted(r for r, _, _ in said) == ["0", "1"], (tmp_path / "torchrun.log").read_text()[-3000:]
+    assert all(settled == "0" for _, _, settled in said), said
 
 
 def test_a_correct_torchrun_ddp_job_gives_no_alarm_from_its_dumps(tmp_path):
