@@ -210,6 +210,16 @@ def test_lab_is_committed_without_outputs(path):
     assert first.source.strip() == "%load_ext sandbox", first.source
 
 
+@pytest.mark.parametrize("path", LABS, ids=[_name(p) for p in LABS])
+def test_lab_leaves_no_temp_dir(path):
+    """A learner's /tmp keeps nothing of a lab: a folder it makes is a `TemporaryDirectory` (removed as its block
+    ends), never `mkdtemp`, which leaves the folder for good (the tests would not see it: their temp dir goes with
+    the test session)."""
+    nb = nbformat.read(path, as_version=4)
+    made = [c.source for c in nb.cells if c.cell_type == "code" and re.search(r"\bmkdtemp\(|\bmkstemp\(", c.source)]
+    assert made == [], made
+
+
 def _exchange_posted_first():
     """Lab 04's advice, written out: post every send and every receive of the cache exchange at once with
     batch_isend_irecv, then wait on them all. Right for any number of ranks."""
