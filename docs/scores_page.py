@@ -281,26 +281,30 @@ def said(data: dict) -> str:
     return "\n".join(out).rstrip()
 
 
-def nccl_part(data: dict | None, corpus: str) -> str:
-    """The NCCL subset from the GPU machine: its main table, where and when it ran, and its cases folded away."""
+def section(data: dict | None, corpus: str, *, what: str, where: str, file: str, command: str, cases: str,
+            families: bool = False) -> str:
+    """A scored set of its own (the NCCL subset, the set written after the rules): its main table, where and when
+    it ran, its families if asked, and its cases folded away; before its first run, the command that scores it."""
     if data is None:
-        return ("The NCCL subset has not been scored yet. On a machine with GPUs (one per rank), from the repository "
-                f"root, this writes `benchmarks/scoreboard-nccl.json`, which this section shows once it is committed:"
-                f"\n\n```bash\n{NCCL_COMMAND}\n```")
+        return (f"{what} has not been scored yet. {where}this writes `{file}`, which this section shows once it is "
+                f"committed:\n\n```bash\n{command}\n```")
     table = "\n".join("    " + line for line in case_table(data, corpus).splitlines())
-    return (f"{main_table(data)}\n\n{provenance(data)}\n\n??? note \"Per case on NCCL ({len(data['corpus'])} "
-            f"cases)\"\n{table}")
+    parts = [main_table(data), provenance(data)] + ([class_table(data)] if families else [])
+    return "\n\n".join(parts) + f"\n\n??? note \"Per case {cases.format(n=len(data['corpus']))}\"\n{table}"
+
+
+def nccl_part(data: dict | None, corpus: str) -> str:
+    """The NCCL subset from the GPU machine."""
+    return section(data, corpus, what="The NCCL subset", file="benchmarks/scoreboard-nccl.json",
+                   where="On a machine with GPUs (one per rank), from the repository root, ", command=NCCL_COMMAND,
+                   cases="on NCCL ({n} cases)")
 
 
 def after_part(data: dict | None, corpus: str) -> str:
-    """The set written after the rules: the sandbox's scores on it, where and when, by family, its cases folded."""
-    if data is None:
-        return ("The set written after the rules has not been scored yet. From the repository root, this writes "
-                f"`benchmarks/scoreboard-after.json`, which this section shows once it is committed:"
-                f"\n\n```bash\n{AFTER_COMMAND}\n```")
-    table = "\n".join("    " + line for line in case_table(data, corpus).splitlines())
-    return (f"{main_table(data)}\n\n{provenance(data)}\n\n{class_table(data)}\n\n??? note \"Per case "
-            f"({len(data['corpus'])} cases written after the rules)\"\n{table}")
+    """The set written after the rules: the sandbox's scores on it, by family too."""
+    return section(data, corpus, what="The set written after the rules", where="From the repository root, ",
+                   file="benchmarks/scoreboard-after.json", command=AFTER_COMMAND,
+                   cases="({n} cases written after the rules)", families=True)
 
 
 def markdown(name: str, *, scores: str = SCORES, nccl: str = NCCL, corpus: str = CORPUS, after: str = AFTER,
