@@ -184,9 +184,15 @@ class TorchrunProcs(Procs):
     # ------------------------------------------------------------------------------------------- end, close
     def end(self, live: list, why: str | None) -> None:
         """Every process inside the nodes, agents and workers alike; the workers that were live are known as ended
-        by the sandbox (unless the job was over by itself)."""
+        by the sandbox (unless the job was over by itself). The live workers are frozen first, on every node, then
+        the nodes killed one by one: a worker left running while another node dies would see its peer's connection
+        close, raise and end its own script as an error before its node's turn, which made a hang read as one."""
+        pids = {pid for t in live if (pid := pid_of(t))}
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
+                os.kill(pid, signal.SIGSTOP)
         if why != ABANDONED:
-            self.ended_pids |= {pid for t in live if (pid := pid_of(t))}
+            self.ended_pids |= pids
         for i in range(self.life.topology.nnodes):
             self.life.cluster.kill_node(i)
         for i in self.agents:
