@@ -23,7 +23,8 @@ runner pays it once, in the main thread, before the script starts (`Dumper.warm`
 A rank that has made all its collectives can still be killed before its script ends: `destroy_process_group()` may
 wait for a peer that is stuck, and torchrun SIGTERMs it when another rank fails. So the runner also writes the dump
 as `destroy_process_group` is entered (a wrapper that then calls torch's own, unchanged). Both that write and the last
-one wait, at most SETTLE_S, for the recorder to mark the rank's finished collectives completed (see SETTLE_S).
+one wait, at most SETTLE_S, for the recorder to mark the rank's finished collectives completed (see SETTLE_S), and no
+write replaces a dump with one that is behind it (`behind`).
 
 Where: `$TORCH_FR_DUMP_TEMP_FILE<RANK>` when that is set (torch's own variable for NCCL's dump prefix, so both
 back-ends put their dumps in one place); else `$FR_DUMP_DIR/nccl_trace_rank_<RANK>`; else
@@ -70,13 +71,41 @@ def dump_path(environ=os.environ) -> str:
     return prefix + environ.get("RANK", "0")  # outside torchrun: one process, rank 0
 
 
+def progress(data: bytes) -> dict:
+    """How far a dump has come: its number of entries, and per group (enqueued, completed) collectives."""
+    import pickle
+
+    doc = pickle.loads(data)
+    return {"entries": len(doc.get("entries") or ()),
+            "groups": {g: (s.get("last_enqueued_collective", -1), s.get("last_completed_collective", -1))
+                       for g, s in (doc.get("pg_status") or {}).items()}}
+
+
+def behind(new: dict, old: dict) -> bool:
+    """Is a dump of progress `new` behind one of progress `old`: no more entries, no group further on, and some less?
+    Such a dump is never written over the other. It is an older snapshot that reached the lock late (the thread's,
+    after a deliberate write), or a count gone back: after destroy_process_group a gloo group's completed count was
+    seen at 7 where the dump taken as destroy began had it at 8 of 8 (torch 2.13 CPU, 1 run in about 20 under load),
+    and that last dump, written over the good one, made a correct job read as hung in its last collective."""
+    if new == old or new["entries"] > old["entries"]:
+        return False
+    for g, (enqueued, completed) in new["groups"].items():
+        if g not in old["groups"]:
+            return False
+        if enqueued > old["groups"][g][0] or completed > old["groups"][g][1]:
+            return False
+    return True
+
+
 class Dumper:
     """Writes the recorder's dump to `path`, now (`write`) and every `interval_s` from a daemon thread (`start`,
-    `stop`). A write whose bytes equal the last one is skipped, so the file's mtime says when the rank last moved."""
+    `stop`). A write whose bytes equal the last one is skipped, so the file's mtime says when the rank last moved;
+    so is one `behind` the dump already written."""
 
     def __init__(self, *, path: str, interval_s: float = INTERVAL_S):
         self.path, self.interval_s = path, interval_s
         self._last: bytes | None = None
+        self._written: dict | None = None  # the progress (`progress`) of the dump last written
         self._lock = threading.Lock()  # the thread and the final write must not share the temporary file at once
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fr_dump", daemon=True)
@@ -87,8 +116,9 @@ class Dumper:
         # the snapshot outside the lock (the dump may import torch._inductor the first time: never under our lock);
         # the last write comes after the thread is joined (`stop`), so no older snapshot lands after it
         data = self._snapshot(SETTLE_S if settle else 0.0)
+        now = progress(data)
         with self._lock:
-            if data == self._last:
+            if data == self._last or (self._written is not None and behind(now, self._written)):
                 return
             d = os.path.dirname(self.path) or "."
             os.makedirs(d, exist_ok=True)
@@ -96,7 +126,7 @@ class Dumper:
             with open(tmp, "wb") as f:
                 f.write(data)
             os.replace(tmp, self.path)
-            self._last = data
+            self._last, self._written = data, now
 
     @staticmethod
     def _snapshot(settle_s: float) -> bytes:

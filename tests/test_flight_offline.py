@@ -242,6 +242,30 @@ def test_a_deliberate_dump_waits_for_the_recorder_to_mark_the_last_collective_co
     assert all(settled == "0" for _, _, settled in said), said
 
 
+def _fr_dump():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fr_dump", FR_DUMP)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_dump_behind_the_one_written_never_replaces_it():
+    """What a rank of a correct DDP job wrote, 1 run in about 20 under load: at destroy_process_group all 8
+    all_reduces completed; at the script's end, the group destroyed, the completed count read 7. Written last, that
+    dump made the job read as hung in its last collective. An older snapshot reaching the file late is the same."""
+    fr = _fr_dump()
+    at_destroy = {"entries": 8, "groups": {"0": (8, 8)}}
+    assert fr.behind({"entries": 8, "groups": {"0": (8, 7)}}, at_destroy)  # gone back: kept out
+    assert fr.behind({"entries": 7, "groups": {"0": (7, 7)}}, at_destroy)  # an older snapshot: kept out
+    assert fr.behind({"entries": 8, "groups": {}}, at_destroy)  # the group gone, nothing new
+    assert not fr.behind(at_destroy, at_destroy)
+    assert not fr.behind({"entries": 9, "groups": {"0": (9, 8)}}, at_destroy)  # a new call: written
+    assert not fr.behind({"entries": 8, "groups": {"0": (8, 8), "1": (0, 0)}}, at_destroy)  # a new group: written
+    assert not fr.behind({"entries": 8, "groups": {"0": (8, 8)}}, {"entries": 8, "groups": {"0": (8, 7)}})
+
+
 def test_a_correct_torchrun_ddp_job_gives_no_alarm_from_its_dumps(tmp_path):
     assert CORRECT != UNEVEN  # the one change made it
     p, dumps = _start(tmp_path, CORRECT)
