@@ -140,16 +140,41 @@ def test_the_workers_the_sandbox_ended_are_stopped_or_hung_not_crashed(tmp_path)
     """One lifecycle: when the sandbox stops a run under torchrun (a timeout here), the workers it ends are judged as
     under its own launcher: one busy in its own code was stopped, the ones inside a call were hung, and the run timed
     out. From their files alone the busy one died (no end, no call) and the run read as a crash."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from sandbox import events
+
+    events.write_meta(str(tmp_path))
+    barrier = {"op": "barrier", "gname": "0", "group": [0, 1, 2, 3], "seq": 1}
+    # live processes: the workers run until the sandbox ends them (the nodes' kill is not made here: they stay)
+    workers = [subprocess.Popen(["sleep", "60"]) for _ in range(4)]
+    try:
+        _ended_by_the_sandbox(tmp_path, barrier, workers)
+        # frozen first, every node's at once (then the nodes are killed one by one): a worker left running while
+        # another node died would see its peer's connection close and end its script with an error of its own
+        deadline = time.monotonic() + 10  # a signal is delivered when the process is next scheduled
+        while (states := [psutil.Process(w.pid).status() for w in workers]) != [psutil.STATUS_STOPPED] * 4 \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert states == [psutil.STATUS_STOPPED] * 4
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGKILL)
+            w.wait()
+
+
+def _ended_by_the_sandbox(tmp_path, barrier, workers):
     import json
-    import os
 
     from sandbox import events, rundir
     from sandbox.topology import Topology
 
-    events.write_meta(str(tmp_path))
-    barrier = {"op": "barrier", "gname": "0", "group": [0, 1, 2, 3], "seq": 1}
     for r in range(4):
-        t = _worker(r, os.getpid(), call=INIT, at=1.0)  # a live process: the workers run until the sandbox ends them
+        t = _worker(r, workers[r].pid, call=INIT, at=1.0)
         evs = t.events + [{"ev": "exit", "rank": r, "id": 1, "t": 2.0}]
         if r:
             evs.append({"ev": "enter", "rank": r, "id": 2, "t": 3.0, "site": "train.py:31", **barrier})
