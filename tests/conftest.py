@@ -1,8 +1,10 @@
+import atexit
 import ctypes
 import fcntl
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +38,8 @@ warm.default = lambda: _product_default() if "SANDBOX_WARM" in os.environ else T
 _TMP = tempfile.mkdtemp(prefix="sandbox-tests-")
 os.environ["TMPDIR"] = _TMP
 tempfile.tempdir = _TMP
+# also where pytest stops before a session (a usage error such as an unknown option): no sessionfinish then
+atexit.register(shutil.rmtree, _TMP, True)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -170,7 +170,7 @@ def test_the_workers_the_sandbox_ended_are_stopped_or_hung_not_crashed(tmp_path)
 def _ended_by_the_sandbox(tmp_path, barrier, workers):
     import json
 
-    from sandbox import events, rundir
+    from sandbox import rundir
     from sandbox.topology import Topology
 
     for r in range(4):
