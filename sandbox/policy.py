@@ -127,9 +127,11 @@ def _judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, time
     if stopped_for is None and "hung" in outcomes.values():
         # offline, with ranks killed inside their calls: an error that only says a peer went away, raised in the
         # call the rank was stuck in, is the launcher tearing the hung job down (torchrun ends every worker once
-        # one is stopped), not a cause: that rank was hung too
+        # one is stopped), not a cause: that rank was hung too. So is one killed after that call's exit line and
+        # before its own error record (no end: it reads as died in its own code), if that call was its last
         for r, t in tracks.items():
-            if outcomes[r] == "error" and t.pid is None and t.failed_call is not None and lost_peer(t):
+            if outcomes[r] in ("error", "crashed") and t.pid is None and t.failed_call is not None \
+                    and lost_peer(t) and (outcomes[r] == "error" or (last_call(t) or {}).get("id") == t.failed_call.get("id")):
                 outcomes[r] = "hung"
     vals = set(outcomes.values())
     if stopped_for == INTERRUPTED:
@@ -153,6 +155,11 @@ def _judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, time
         return Judgement(Verdict.OK, Diagnosis(kind=Kind.NONE, cause=f"All {len(tracks)} ranks finished."), outcomes)
     return Judgement(Verdict.ERROR, Diagnosis(kind=Kind.NONE, cause="The run ended without every rank finishing, and without a cause"
                                                 " the traces show."), outcomes)
+
+
+def last_call(t: RankTrack) -> dict | None:
+    """The last call this rank entered (its enter event), or None."""
+    return next((e for e in reversed(t.events) if e.get("ev") == "enter"), None)
 
 
 def fill_missing(tracks: dict[int, RankTrack]) -> dict[int, RankTrack]:

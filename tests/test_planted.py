@@ -276,3 +276,32 @@ def test_the_faults_a_run_can_have_are_accepted(fault):
 def test_the_command_line_forms_without_or_with_a_wrong_duration_are_refused(kind, text):
     with pytest.raises(ValueError, match=f"a --{'kill-node' if kind == 'kill' else kind} fault reads"):
         faults.parse(kind, text)
+
+
+# ------------------------------------------------------------------------------------------ a hung job torn down
+
+def _torn_down(raised_then_killed: bool):
+    """Offline, two torchrun workers in a send/recv cycle, ended by their launchers: rank 1 still inside its send;
+    rank 0's send raised because rank 1's side went away, and rank 0 was then killed before its error record
+    (`raised_then_killed`), or it went on to a later call of its own first."""
+    from sandbox.policy import judge
+
+    send = {"op": "send", "peer": 1, "shapes": [[4]], "dtypes": ["float32"]}
+    r0 = _rank(0, 2, [{"op": "init_process_group"}, send], returned=1)
+    r0.feed({"ev": "exit", "rank": 0, "id": 2, "t": 3.0, "error": "RuntimeError: Connection closed by peer [::1]:5"})
+    if not raised_then_killed:
+        r0.feed({"ev": "enter", "rank": 0, "id": 3, "t": 4.0, "site": "job.py:40", "op": "barrier", "gname": "0",
+                 "group": [0, 1], "seq": 1})
+        r0.feed({"ev": "exit", "rank": 0, "id": 3, "t": 4.5})
+    r1 = _rank(1, 2, [{"op": "init_process_group"}, {**send, "peer": 0}], returned=1)
+    return judge({0: r0, 1: r1})
+
+
+def test_a_rank_killed_between_its_lost_peer_error_and_its_error_record_was_hung_too():
+    """Seen under plain torchrun (test_torchrun's two nodes): the teardown of a hung job reached rank 0 after its
+    stuck send raised and before its own error record, and the job read as a crash of rank 0."""
+    j = _torn_down(raised_then_killed=True)
+    assert j.outcomes == {0: "hung", 1: "hung"} and j.verdict == "hang", (j.outcomes, j.diagnosis.summary)
+    # a rank that went on after the error (it caught it) and then died was not stuck in that call: still a crash
+    j = _torn_down(raised_then_killed=False)
+    assert j.outcomes[0] == "crashed" and j.verdict == "crash", (j.outcomes, j.diagnosis.summary)
