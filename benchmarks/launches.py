@@ -1,0 +1,106 @@
+"""How many Python processes a command starts, by what they are: a count of the suite's launches.
+
+    python benchmarks/launches.py -- -m pytest -q -n 2 -m "not slow"
+    python benchmarks/launches.py --json out.json --cwd ../old-checkout -- -m pytest -q -n 2
+
+Runs `python ARGS...` (this interpreter) with a one-line `.pth` hook put in this environment's site-packages for
+the command's length: every interpreter of this environment that starts meanwhile (pytest's workers, the CLI
+subprocesses, the zygotes, Jupyter kernels, torchrun's agents and workers, mkdocs) appends its pid and command line
+to a file named by COUNT_STARTS. The hook is removed afterwards, whatever happens (Ctrl-C included), and it does
+nothing in an interpreter where COUNT_STARTS is not set. Ranks forked from a zygote are not interpreter starts and
+are not counted: what a launch costs is its `import torch`, which a fork does not repeat.
+
+Each start is put in one kind by its command line (`kind`); the table lists the kinds, most first, and the total.
+The command's own exit status is this script's.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import site
+import subprocess
+import sys
+import tempfile
+
+HOOK_NAME = "zz_dist_sandbox_count_launches.pth"
+# one line, run by `site` at every start of this environment's interpreter (a .pth line that begins with `import`)
+HOOK = ("import os; _f = os.environ.get('COUNT_STARTS'); _f and open(_f, 'a').write("
+        "str(os.getpid()) + '\\t' + open('/proc/self/cmdline', 'rb').read().decode(errors='replace')"
+        ".replace('\\n', ' ').replace('\\0', '\\x1f') + '\\n')\n")
+
+KINDS = [  # (kind, pattern on the command line with its arguments joined by spaces); the first that matches
+    ("pytest worker (xdist)", r"-c import sys;exec\(eval\(sys\.stdin\.readline"),
+    ("pytest", r"(^| )-m pytest|/pytest( |$)"),
+    ("zygote", r"sandbox\._zygote|sandbox\.warm"),
+    ("jupyter kernel", r"ipykernel_launcher|ipykernel"),
+    ("torchrun agent", r"torch\.distributed\.run|/torchrun( |$)"),
+    ("torchrun worker (sandbox.trace)", r"-m sandbox\.trace"),
+    ("torchrun worker (fr_dump)", r"fr_dump\.py"),
+    ("mkdocs", r"-m mkdocs|/mkdocs( |$)"),
+]
+
+
+def kind(cmdline: str) -> str:
+    for name, pattern in KINDS:
+        if re.search(pattern, cmdline):
+            return name
+    m = re.search(r"-m (sandbox(?:\.\w+)+)", cmdline)
+    if m:
+        return f"CLI: python -m {m.group(1)}"
+    m = re.search(r"python[\d.]* (?:-\w+ )*(\S+\.py)", cmdline)
+    if m:
+        return f"script: {os.path.basename(m.group(1))}"
+    if re.search(r"python[\d.]* (?:-\w+ )*-c ", cmdline):
+        return "python -c (a test's own snippet)"
+    return "other: " + cmdline[:60]
+
+
+def count(log: str) -> collections.Counter:
+    seen: dict[str, str] = {}
+    with open(log, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            pid, _, cmd = line.rstrip("\n").partition("\t")
+            seen.setdefault(pid, cmd.replace("\x1f", " ").strip())  # a pid once: a .pth can run twice per start
+    return collections.Counter(kind(c) for c in seen.values())
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", help="also write the counts here")
+    ap.add_argument("--cwd", default=".", help="run the command in this directory (default: here)")
+    ap.add_argument("args", nargs=argparse.REMAINDER, help="-- then python's arguments")
+    ns = ap.parse_args(argv)
+    args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+    if not args:
+        ap.error("give the command after --, e.g. -- -m pytest -q")
+    hook = os.path.join(site.getsitepackages()[0], HOOK_NAME)
+    fd, log = tempfile.mkstemp(prefix="launches-", suffix=".log")
+    os.close(fd)
+    try:
+        with open(hook, "w") as f:
+            f.write(HOOK)
+        rc = subprocess.call([sys.executable, *args], cwd=ns.cwd, env=dict(os.environ, COUNT_STARTS=log))
+        counts = count(log)
+    finally:
+        for p in (hook,):
+            if os.path.exists(p):
+                os.remove(p)
+    try:
+        print(f"\n{'launches':>8}  kind")
+        for k, n in counts.most_common():
+            print(f"{n:>8}  {k}")
+        print(f"{sum(counts.values()):>8}  total")
+        if ns.json:
+            with open(ns.json, "w") as f:
+                json.dump({"command": args, "cwd": os.path.abspath(ns.cwd), "exit": rc, "counts": dict(counts),
+                           "total": sum(counts.values())}, f, indent=1)
+    finally:
+        os.remove(log)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
