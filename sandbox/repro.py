@@ -26,7 +26,8 @@ from sandbox import cli, defaults
 from sandbox.bugs import registry, run_variant, unavailable
 
 
-def _draw_timeline(res, path: str) -> None:
+def draw_timeline(res, path: str) -> None:
+    """--timeline's picture of a run (a picture that cannot be drawn is said on stderr, not raised)."""
     from sandbox import report
 
     try:
@@ -138,22 +139,27 @@ def _run_one(p, bugs, a) -> int:
         timeline = _timeline_name(a.timeline, v, a.variant)
         run = run_variant(bug, v, n, gpu=a.gpu, debug=a.debug)
         if timeline:
-            _draw_timeline(run.result, timeline)
+            draw_timeline(run.result, timeline)
         runs.append((v, run))
         if not a.json:
             _print_run(bug, v, run, timeline, gpu=a.gpu)
     all_ok = all(run.as_documented for _, run in runs)
     if a.json:
-        print(json.dumps({"bug": bug.slug, "title": bug.title, "as_documented": all_ok,
-                          "explanation": bug.explanation, "gpu": a.gpu,
-                          "variants": [{"variant": v, "as_documented": run.as_documented,
-                                        "expected": bug.expect(v, a.gpu).describe(), "why_not": run.why_not,
-                                        "result": run.result.to_dict()} for v, run in runs]}))
+        print(json.dumps(runs_json(bug, runs, a.gpu)))
     else:
         print()
         print(f"Why ({bug.source}):")
         print(bug.explanation)
     return 0 if all_ok else 1
+
+
+def runs_json(bug, runs: list, gpu: bool = False) -> dict:
+    """What `--json` prints for one bug's runs, [(variant, VariantRun)] (the docs build's bug pages read it too)."""
+    return {"bug": bug.slug, "title": bug.title, "as_documented": all(run.as_documented for _, run in runs),
+            "explanation": bug.explanation, "gpu": gpu,
+            "variants": [{"variant": v, "as_documented": run.as_documented,
+                          "expected": bug.expect(v, gpu).describe(), "why_not": run.why_not,
+                          "result": run.result.to_dict()} for v, run in runs]}
 
 
 def _variants(a) -> list[str]:

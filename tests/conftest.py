@@ -262,6 +262,22 @@ def executed_lab(path: str) -> dict:
         return dict(r, cached=False)
 
 
+def catalogue_run(slug: str, variant: str):
+    """A catalogue variant's run on its documented ranks (a VariantRun), once per test run: the first worker to ask
+    runs it, and every later asker reads it, the docs build among them (it draws each bug page's broken run from
+    this one: DOCS_BUG_RUNS, docs/bug_runs.py `shared`)."""
+    return _bug_runs().shared(_shared("catalogue-runs"), slug, variant)
+
+
+def _bug_runs():
+    docs = os.path.join(ROOT, "docs")
+    if docs not in sys.path:
+        sys.path.insert(0, docs)
+    import bug_runs  # docs/bug_runs.py
+
+    return bug_runs
+
+
 def execute_labs(paths, jobs: int = 2) -> list:
     """Every lab of `paths` executed (or read, if done), `jobs` at a time: the docs build needs them all."""
     import concurrent.futures
@@ -275,7 +291,7 @@ def _build_site(dest: str) -> tuple[int, str]:
     if failed:  # the build would stop on these: say which lab failed, with what it printed
         return 1, "labs failed to execute:\n" + "\n".join(failed)
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1", NO_COLOR="1",  # the variable quiets Material's banner
-               DOCS_EXECUTED_LABS=_shared("labs-executed"))
+               DOCS_EXECUTED_LABS=_shared("labs-executed"), DOCS_BUG_RUNS=_shared("catalogue-runs"))
     p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", dest], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=900)
     return p.returncode, p.stdout + p.stderr
