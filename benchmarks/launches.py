@@ -12,6 +12,11 @@ are not counted: what a launch costs is its `import torch`, which a fork does no
 
 Each start is put in one kind by its command line (`kind`); the table lists the kinds, most first, and the total.
 The command's own exit status is this script's.
+
+benchmarks/launches/ keeps the suite's counts: `before-*` from the commit this count was first made for (206fc79,
+the suite before issue 28) and `after-*` now, each tier on the 64-core GPU host (torch 2.11, `-n 32`, without the
+notebook packages or network namespaces, so the labs, the site and the simulated nodes skip there), and `after-*`
+on the 2-core machine CI uses (`-n 2`, everything runs).
 """
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ import fcntl
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -378,18 +379,22 @@ SLOW_TESTS = {  # single tests elsewhere that start a kernel, a signal's subject
 
 # Longest first, so that two workers end together: the labs (each executed once per run, in its own kernel, by the
 # worker its test lands on: the two workers execute them side by side), then what reads the site built from them.
-FIRST = ("test_labs::test_lab_runs_and_shows_what_it_teaches", "test_docs::", "test_browser::")
+# The catalogue's broken variants come before the site: its build draws each bug page from the run test_catalogue
+# made (`catalogue_run`), and runs itself only those not made yet (run after it, they cost the build ~55 s). All of
+# these land in the first worker's first chunk (xdist sends each worker a quarter of its share at the start), the
+# browser's tests among them: on two workers each would load every page. (Patterns on "module::test[params]".)
+FIRST = (r"test_labs::test_lab_runs_and_shows_what_it_teaches\[.*", r"test_catalogue::test_variant_behaves_as_documented\[.*-broken\]",
+         r"test_docs::.*", r"test_browser::.*")
 
 
 def _rank(item) -> int:
-    key = f"{item.module.__name__.rsplit('.', 1)[-1]}::{item.originalname}" if item.module else ""
-    return next((i for i, p in enumerate(FIRST) if key.startswith(p)), len(FIRST))
+    key = f"{item.module.__name__.rsplit('.', 1)[-1]}::{item.name}" if item.module else ""
+    return next((i for i, p in enumerate(FIRST) if re.fullmatch(p, key)), len(FIRST))
 
 
 def pytest_collection_modifyitems(config, items):
     """`slow` by module (above); `gpu` tests need 2 visible GPUs (one per rank), `no_gpu` tests a machine where
-    none is visible; the longest first (FIRST)."""
-    items.sort(key=_rank)  # stable: the rest keep their order
+    none is visible; the longest first (FIRST), then the slow tier before the quick one (each in its order)."""
     from sandbox.bugs import registry
 
     across_nodes = {slug for slug, b in registry().items() if b.nnodes > 1}
@@ -399,6 +404,9 @@ def pytest_collection_modifyitems(config, items):
         if mod in SLOW_MODULES or f"{mod}::{item.originalname}" in SLOW_TESTS \
                 or "two_nodes" in getattr(item, "fixturenames", ()) or params.get("slug") in across_nodes:
             item.add_marker(pytest.mark.slow)  # also: whatever makes simulated nodes (namespaces, torchrun on them)
+    # then, after FIRST, the slow tests before the quick ones: what xdist hands out last, as the workers drain, is
+    # then the short tests, so the two end together (with torchrun's tests last, one worker ran a minute longer)
+    items.sort(key=lambda item: (_rank(item), item.get_closest_marker("slow") is None))
     gpus = None
     for item in items:
         if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu"):
