@@ -130,8 +130,8 @@ def _judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, time
         # one is stopped), not a cause: that rank was hung too. So is one killed after that call's exit line and
         # before its own error record (no end: it reads as died in its own code), if that call was its last
         for r, t in tracks.items():
-            if outcomes[r] in ("error", "crashed") and t.pid is None and t.failed_call is not None \
-                    and lost_peer(t) and (outcomes[r] == "error" or (last_call(t) or {}).get("id") == t.failed_call.get("id")):
+            last = outcomes[r] == "crashed" and _last_call_id(t) == (t.failed_call or {}).get("id")
+            if t.pid is None and t.failed_call is not None and lost_peer(t) and (outcomes[r] == "error" or last):
                 outcomes[r] = "hung"
     vals = set(outcomes.values())
     if stopped_for == INTERRUPTED:
@@ -157,9 +157,9 @@ def _judge(tracks: dict[int, RankTrack], stopped_for: str | None = None, *, time
                                                 " the traces show."), outcomes)
 
 
-def last_call(t: RankTrack) -> dict | None:
-    """The last call this rank entered (its enter event), or None."""
-    return next((e for e in reversed(t.events) if e.get("ev") == "enter"), None)
+def _last_call_id(t: RankTrack):
+    """The id of the last call this rank entered, or None."""
+    return next((e.get("id") for e in reversed(t.events) if e.get("ev") == "enter"), None)
 
 
 def fill_missing(tracks: dict[int, RankTrack]) -> dict[int, RankTrack]:

@@ -241,10 +241,7 @@ def executed_lab(path: str) -> dict:
     "stderr", "seconds"}; "cached": it was executed by an earlier asker. A lab that failed is not run again: its
     failure is the answer for every reader (the build would fail on it as test_labs does)."""
     need(*NOTEBOOK_PACKAGES)
-    docs = os.path.join(ROOT, "docs")
-    if docs not in sys.path:
-        sys.path.insert(0, docs)
-    import labs_run  # docs/labs_run.py: the build executes labs the same way
+    labs_run = docs_module("labs_run")  # the build executes labs the same way
 
     base = lab_cache()
     name = os.path.basename(path)
@@ -267,16 +264,17 @@ def catalogue_run(slug: str, variant: str):
     """A catalogue variant's run on its documented ranks (a VariantRun), once per test run: the first worker to ask
     runs it, and every later asker reads it, the docs build among them (it draws each bug page's broken run from
     this one: DOCS_BUG_RUNS, docs/bug_runs.py `shared`)."""
-    return _bug_runs().shared(_shared("catalogue-runs"), slug, variant)
+    return docs_module("bug_runs").shared(_shared("catalogue-runs"), slug, variant)
 
 
-def _bug_runs():
+def docs_module(name: str):
+    """docs/NAME.py, imported as the build imports it (docs/ on the path: its modules import each other so)."""
+    import importlib
+
     docs = os.path.join(ROOT, "docs")
     if docs not in sys.path:
         sys.path.insert(0, docs)
-    import bug_runs  # docs/bug_runs.py
-
-    return bug_runs
+    return importlib.import_module(name)
 
 
 def execute_labs(paths, jobs: int = 2) -> list:
@@ -383,8 +381,8 @@ SLOW_TESTS = {  # single tests elsewhere that start a kernel, a signal's subject
 # made (`catalogue_run`), and runs itself only those not made yet (run after it, they cost the build ~55 s). All of
 # these land in the first worker's first chunk (xdist sends each worker a quarter of its share at the start), the
 # browser's tests among them: on two workers each would load every page. (Patterns on "module::test[params]".)
-FIRST = (r"test_labs::test_lab_runs_and_shows_what_it_teaches\[.*", r"test_catalogue::test_variant_behaves_as_documented\[.*-broken\]",
-         r"test_docs::.*", r"test_browser::.*")
+FIRST = (r"test_labs::test_lab_runs_and_shows_what_it_teaches\[.*",
+         r"test_catalogue::test_variant_behaves_as_documented\[.*-broken\]", r"test_docs::.*", r"test_browser::.*")
 
 
 def _rank(item) -> int:
