@@ -151,7 +151,8 @@ def run_once(script, nranks, workdir):
     trace_dir.mkdir(parents=True)
     log = open(workdir / "torchrun.log", "wb")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [str(VENV / "torchrun"), "--standalone", "--nproc-per-node", str(nranks),
+    # torchrun's own files in the run's folder: by default its agent leaves a /tmp/torchelastic_* for good
+    cmd = [str(VENV / "torchrun"), "--standalone", "--nproc-per-node", str(nranks), "--log-dir", str(workdir / "agent"),
            "-m", "sandbox.trace", "--trace-dir", str(trace_dir), str(HERE / script)]
     known = {}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
