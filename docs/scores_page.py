@@ -29,6 +29,8 @@ NCCL = os.path.join(ROOT, "benchmarks", "scoreboard-nccl.json")
 CORPUS = os.path.join(ROOT, "benchmarks", "corpus")
 # the set written after the rules, by authors who had not read them (benchmarks/corpus_after/README.md)
 AFTER = os.path.join(ROOT, "benchmarks", "scoreboard-after.json")
+# the set's first scoring, kept as it was: the sandbox before any rule was changed with this set in view
+AFTER_BEFORE = os.path.join(ROOT, "benchmarks", "scoreboard-after-before.json")
 CORPUS_AFTER = os.path.join(ROOT, "benchmarks", "corpus_after")
 AFTER_COMMAND = ("python benchmarks/scoreboard.py --corpus benchmarks/corpus_after --tools sandbox "
                  "--write benchmarks/scoreboard-after.json")
@@ -300,15 +302,34 @@ def nccl_part(data: dict | None, corpus: str) -> str:
                    cases="on NCCL ({n} cases)")
 
 
-def after_part(data: dict | None, corpus: str) -> str:
-    """The set written after the rules: the sandbox's scores on it, by family too."""
-    return section(data, corpus, what="The set written after the rules", where="From the repository root, ",
+def before_and_now(before: dict, now: dict) -> str:
+    """The sandbox on one set at two times: its first scoring (before any rule was changed with the set in view)
+    and the latest, one row each."""
+    rows = main_table({"scores": {"sandbox": before["scores"]["sandbox"]}}).splitlines()[2:]
+    rows += main_table({"scores": {"sandbox": now["scores"]["sandbox"]}}).splitlines()[2:]
+    head = main_table({"scores": {}}).replace("| tool |", "| the sandbox |").splitlines()
+    code = f" (the sandbox of commit {before['code']})" if before.get("code") else ""
+    cells = [f"before{code}, {made(before)}", f"now, {made(now)}"]
+    return "\n".join(head + [f"| {c} |" + row.split("|", 2)[2] for c, row in zip(cells, rows)])
+
+
+def after_part(data: dict | None, corpus: str, before: dict | None = None) -> str:
+    """The set written after the rules: the sandbox's scores on it, by family too, and beside its first scoring
+    where that is kept (`benchmarks/scoreboard-after-before.json`)."""
+    text = section(data, corpus, what="The set written after the rules", where="From the repository root, ",
                    file="benchmarks/scoreboard-after.json", command=AFTER_COMMAND,
                    cases="({n} cases written after the rules)", families=True)
+    if data is None or before is None or "sandbox" not in before.get("scores", {}):
+        return text
+    head, fold, cases = text.partition("\n\n??? note")  # beside the scores, before the cases folded away
+    return (f"{head}\n\nThe same set scored by the sandbox as it was before any rule was changed with this set in "
+            f"view (`benchmarks/scoreboard-after-before.json`, which names the commit it ran) and now:\n\n"
+            f"{before_and_now(before, data)}"
+            f"{fold}{cases}")
 
 
 def markdown(name: str, *, scores: str = SCORES, nccl: str = NCCL, corpus: str = CORPUS, after: str = AFTER,
-             corpus_after: str = CORPUS_AFTER) -> str:
+             corpus_after: str = CORPUS_AFTER, after_before: str = AFTER_BEFORE) -> str:
     """The generated part `name` (`<!-- gen: NAME -->` in docs/scores.md)."""
     parts = {"scores-main": lambda d: main_table(d) + "\n\n" + provenance(d),
              "scores-classes": class_table,
@@ -317,7 +338,7 @@ def markdown(name: str, *, scores: str = SCORES, nccl: str = NCCL, corpus: str =
     if name == "scores-nccl":
         return nccl_part(load(nccl), corpus)
     if name == "scores-after":
-        return after_part(load(after), corpus_after)
+        return after_part(load(after), corpus_after, load(after_before))
     if name == "scores-tools":  # the parsers' rules stand before the first run; the commands come with it
         return tool_commands(load(scores))
     if name not in parts:

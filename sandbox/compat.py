@@ -97,6 +97,14 @@ def sequence_number(group=None) -> int | None:
         return None
 
 
+def work_source(work) -> int | None:
+    """The rank within its group that a finished irecv without src received from (None where torch cannot say)."""
+    try:
+        return int(work._source_rank())
+    except Exception:  # noqa: BLE001  not a receive, not finished, or a backend without the count
+        return None
+
+
 def flight_recorder(stack_traces: bool = False) -> bytes:
     """This process's Flight Recorder (every backend's but NCCL's own), as the pickle torch writes. Without the
     calls' Python frames unless asked: turning them into text imports torch._inductor the first time (seconds)."""

@@ -4,7 +4,7 @@ contracts read. Torch-free.
 """
 from __future__ import annotations
 
-from sandbox.calls import is_collective, p2p_ops
+from sandbox.calls import RECVS, is_collective, p2p_ops
 
 P2P_WINDOW = 256  # a rank remembers the order of about its last P2P_WINDOW point-to-point ops
 BUCKET_WINDOW = 4096  # a rank remembers the collectives of its last BUCKET_WINDOW sequence numbers per group
@@ -55,6 +55,9 @@ class RankTrack:
         # blocking, site), `number` counting the ops of that (direction, peer, tag) from the start: the n-th send
         # from a to b with a tag is matched by b's n-th recv from a with that tag
         self.p2p_posted: list[tuple] = []
+        # receives without src that completed, each {"op", "site", "from"}: whom each took its message from
+        self.any_source: list[dict] = []
+        self._waited: dict[int, dict] = {}  # wait id -> the irecv from any rank it waits on
         self._p2p_count: dict[tuple, int] = {}
 
     def feed(self, ev: dict) -> None:
@@ -77,8 +80,10 @@ class RankTrack:
                     self.by_bucket.pop(old, None)
                     self.passed.pop(old, None)
             elif op == "wait":
-                self.posted.pop(ev.get("of_id"), None)
+                of = self.posted.pop(ev.get("of_id"), None)
                 self.posted.pop((ev.get("of_id"), ev.get("of_idx")), None)
+                if of is not None and of["op"] in RECVS and of.get("peer") is None:
+                    self._waited[ev["id"]] = of  # an irecv from any rank: its exit says whom it got
             for direction, peer, tag in p2p_ops(ev):
                 if peer is not None:
                     self._note_posted(direction, peer, tag, ev)
@@ -129,6 +134,13 @@ class RankTrack:
             for direction, peer, tag in p2p_ops(start):
                 self.p2p_done[(direction, peer, tag)] = self.p2p_done.get((direction, peer, tag), 0) + 1
                 self.p2p_site.setdefault((direction, peer), start.get("site") or "?")
+            recv = self._waited.pop(start["id"], None) or (start if op in RECVS else None)
+            if recv is not None and isinstance(ev.get("from"), int):  # a receive from any rank: now it has a peer
+                key = ("recv", ev["from"], recv.get("tag", 0))
+                self.p2p_done[key] = self.p2p_done.get(key, 0) + 1
+                self.p2p_site.setdefault(("recv", ev["from"]), recv.get("site") or "?")
+                if len(self.any_source) < MAX_NOTES:
+                    self.any_source.append({"op": recv["op"], "site": recv.get("site") or "?", "from": ev["from"]})
         if is_collective(start) and start["op"] != "wait" and "seq" in start:
             self.passed[(start.get("gname"), start["seq"])] = not ev.get("error")
 

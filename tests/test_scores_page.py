@@ -125,9 +125,20 @@ def write(tmp_path, data, name="scoreboard.json"):
     return str(path)
 
 
-def render(scores, corpus, nccl="/nonexistent/scoreboard-nccl.json", after="/nonexistent/scoreboard-after.json"):
-    return {n: page.markdown(n, scores=scores, nccl=nccl, corpus=corpus, after=after, corpus_after=corpus)
-            for n in PARTS}
+def render(scores, corpus, nccl="/nonexistent/scoreboard-nccl.json", after="/nonexistent/scoreboard-after.json",
+           after_before="/nonexistent/scoreboard-after-before.json"):
+    return {n: page.markdown(n, scores=scores, nccl=nccl, corpus=corpus, after=after, corpus_after=corpus,
+                             after_before=after_before) for n in PARTS}
+
+
+def first_scoring(now):
+    """`now` as an earlier scoring that missed every other faulty case, made the day before."""
+    before = copy.deepcopy(now)
+    faulty = [r for r in before["runs"] if r["variant"] == "faulty"]
+    for r in faulty[::2]:
+        r.update(reported=False, verdict="fn", helpful=False, names=[], ranks=[], lines=[])
+    before.update(made="2026-11-27T08:15:00Z", scores=rescore(before), code="abc1234")
+    return before
 
 
 def nccl_sample(sample):
@@ -267,13 +278,33 @@ def test_nccl_section_from_its_own_file(tmp_path, sample, corpus):
 def test_the_set_written_after_the_rules_from_its_own_file(tmp_path, sample, corpus):
     """Its own figures (the sandbox's, recomputed from its runs), its date and command, its families and cases."""
     after = after_sample(sample)
-    text = page.markdown("scores-after", after=write(tmp_path, after, "after.json"), corpus_after=corpus)
+    text = page.markdown("scores-after", after=write(tmp_path, after, "after.json"), corpus_after=corpus,
+                         after_before="/nonexistent/before.json")
     assert main_row_problems(text, after) == []
+    assert "before any rule was changed" not in text  # no first scoring kept: no comparison
     assert [r[0] for r in rows(text.split("\n\n")[0])] == [page.TOOLS["sandbox"]]
     for want in ("28 November 2026, 00:59 UTC", "--corpus benchmarks/corpus_after", f"({len(after['corpus'])} cases"):
         assert want in text, want
     assert all(f"**{case}**" in text for case in after["corpus"])
     assert page.TOOLS["torchrun"] not in text
+
+
+def test_the_set_written_after_the_rules_beside_its_first_scoring(tmp_path, sample, corpus):
+    """The first scoring, kept in its own file, and the latest: one row each, their own figures and dates, ahead of
+    the cases folded away."""
+    now = after_sample(sample)
+    before = first_scoring(now)
+    assert before["scores"]["sandbox"]["recall"] < now["scores"]["sandbox"]["recall"]
+    text = page.markdown("scores-after", after=write(tmp_path, now, "after.json"), corpus_after=corpus,
+                         after_before=write(tmp_path, before, "before.json"))
+    table = text[text.index("before any rule was changed"):text.index("??? note")]
+    got = rows(table)
+    assert [r[0] for r in got] == ["before (the sandbox of commit abc1234), 27 November 2026, 08:15 UTC",
+                                "now, 28 November 2026, 00:59 UTC"], got
+    for row, data in zip(got, (before, now)):
+        s = data["scores"]["sandbox"]
+        assert row[1:3] == [page.ratio(s["recall"]), page.ratio(s["precision"])], (row, s)
+        assert row[7] == f"{s['tp']} / {s['wrong']} / {s['fn']} of {s['faulty']}", row
 
 
 def test_the_page_converts_with_the_sites_extensions(tmp_path, sample, corpus):
@@ -289,7 +320,8 @@ def test_the_page_converts_with_the_sites_extensions(tmp_path, sample, corpus):
     markers = re.findall(r"<!-- gen: (.+?) -->", source)
     assert sorted(markers) == sorted(PARTS)
     parts = render(write(tmp_path, sample), corpus, nccl=write(tmp_path, nccl_sample(sample), "nccl.json"),
-                   after=write(tmp_path, after_sample(sample), "after.json"))
+                   after=write(tmp_path, after_sample(sample), "after.json"),
+                   after_before=write(tmp_path, first_scoring(after_sample(sample)), "before.json"))
     filled = re.sub(r"<!-- gen: (.+?) -->", lambda m: parts[m.group(1)], source)
     with open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8") as f:
         exts = yaml.safe_load(f)["markdown_extensions"]
@@ -297,8 +329,8 @@ def test_the_page_converts_with_the_sites_extensions(tmp_path, sample, corpus):
     config = {next(iter(e)): e[next(iter(e))] for e in exts if isinstance(e, dict)}
     out = md.markdown(filled, extensions=names, extension_configs=config)
     tables = re.findall(r"<table>(.*?)</table>", out, re.S)
-    assert len(tables) == 11  # scores, three parsers' rules, family, case, NCCL scores and cases, the set written
-    # after the rules: its scores, families and cases
+    assert len(tables) == 12  # scores, three parsers' rules, family, case, NCCL scores and cases, the set written
+    # after the rules: its scores, families, first scoring beside the latest, and cases
     for t in tables:
         widths = {len(re.findall(r"<t[hd][ >]", tr)) for tr in re.findall(r"<tr>(.*?)</tr>", t, re.S)}
         assert len(widths) == 1, f"a row with another number of cells: {widths}"

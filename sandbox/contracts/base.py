@@ -27,6 +27,13 @@ RULES = {
     "object_device": "A tensor inside an object (all_gather_object, gather_object, broadcast_object_list, "
                      "scatter_object_list) comes back on the device it was sent from: send it from the CPU, or "
                      "move it (.to(device)) before using it with this rank's tensors.",
+    "group_member": "A rank calls a collective only on groups it is a member of: new_group returns every other rank "
+                    "a placeholder (GroupMember.NON_GROUP_MEMBER), and a collective on it warns and moves no data.",
+    "group_rank": "src and dst are global ranks, group_src and group_dst ranks within the group passed with them: "
+                  "a global rank outside the group is an error, and a number that is a rank of both kinds names two "
+                  "different processes.",
+    "any_source": "A recv without src takes the first message from any rank: where several ranks send to it, name "
+                  "the sender, or the message of one lands in the buffer meant for another.",
     "not_destroyed": "Call dist.destroy_process_group() before the process exits (PyTorch warns about it from 2.4 "
                      "on; NCCL may hang or leak at exit without it).",
 }

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from sandbox import calls
 from sandbox.calls import SENDS, op_of
+from sandbox.contracts.arguments import explain_arguments
 from sandbox.contracts.base import ContractWarning, ended_ok, said, where
 from sandbox.events import RankTrack
 from sandbox.result import Kind
@@ -56,6 +57,9 @@ def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTr
     root = _earlier_root(diagnosis, warnings, tracks)
     if root is not None:
         return root
+    argued = explain_arguments(diagnosis, warnings, tracks)
+    if argued is not None:
+        return argued
     for w in warnings:
         words = (_explain_device(w, diagnosis, tracks) if w.kind == "object_device" else
                  _explain_left_send(w, tracks) if w.kind == "async_unwaited" else None)

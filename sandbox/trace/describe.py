@@ -188,9 +188,12 @@ def describe(spec: Spec, args: tuple, kwargs: dict, frame) -> dict:
         return ev
     if op.kind == "local":
         return ev
-    info = group_info(arg("group"))
+    group = arg("group")
+    info = group_info(group)
     if info is not None:
         ev["gname"], ev["group"] = info
+    elif group is not None and group is dist.GroupMember.NON_GROUP_MEMBER:
+        ev["non_member"] = True  # what new_group returned to a rank outside the group: torch warns, moves nothing
     if op.data is not None:
         shapes, dtypes, devices = tensor_info(arg(op.data))
         if shapes is not None:
@@ -203,6 +206,7 @@ def describe(spec: Spec, args: tuple, kwargs: dict, frame) -> dict:
             in_group = arg("group_" + op.root)
             if isinstance(in_group, int) and info is not None and 0 <= in_group < len(info[1]):
                 root = info[1][in_group]  # recorded as a global rank, whichever way it was given
+                ev["group_root"] = in_group  # ...and as given: a rank within the group
             elif in_group is None:
                 root = op.default_root
             else:

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from sandbox import calls, events
+from sandbox import calls, compat, events
 from sandbox.trace import describe, inflight, record, sink
 from sandbox.trace.describe import Spec
 
@@ -83,6 +83,9 @@ def _wrap_wait(orig):
             try:
                 if not inflight.completed(self):
                     inflight.in_flight(self, call_id, "wait")
+                elif hit[1].get("op") == "irecv" and hit[1].get("peer") is None:
+                    sink.emit({"ev": "exit", "rank": sink.rank, "id": call_id, "op": "wait",
+                               "from": _global(hit[1], compat.work_source(self))})
                 else:
                     sink.write(events.exit_line(sink.rank, call_id, "wait", time.time()))
             except Exception as e:  # noqa: BLE001  the wait worked: our bookkeeping must not make it fail
@@ -91,6 +94,14 @@ def _wrap_wait(orig):
 
     wait.__sandbox_traced__ = orig
     return wait
+
+
+def _global(call: dict, group_rank: int | None) -> int | None:
+    """A rank within the group of `call` as a global rank (None when unknown)."""
+    members = call.get("group")
+    if group_rank is None or group_rank < 0:
+        return None
+    return members[group_rank] if isinstance(members, list) and group_rank < len(members) else group_rank
 
 
 MAX_PARAMS = 2000  # a DDP record names at most this many parameters

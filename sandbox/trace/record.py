@@ -161,6 +161,10 @@ def returned(spec: describe.Spec, call_id: int, ev: dict | None, args: tuple, kw
     elif spec.op.objects:
         sink.emit({"ev": "exit", "rank": sink.rank, "id": call_id, "op": name,
                    **describe.object_devices(spec, args, kwargs)})
+    elif name == "recv" and isinstance(out, int) and out >= 0 and spec.arg(args, kwargs, "src") is None \
+            and spec.arg(args, kwargs, "group_src") is None:
+        # a recv from any rank: torch returns whom it got the message from (a global rank)
+        sink.emit({"ev": "exit", "rank": sink.rank, "id": call_id, "op": name, "from": out})
     else:
         os.write(sink.fd, events.exit_line(sink.rank, call_id, name, time.time()))
 
