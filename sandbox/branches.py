@@ -151,3 +151,73 @@ def function_uses(site: str | None, text: str) -> bool:
                and n.lineno <= line <= (n.end_lineno or n.lineno)]
     inner = max(holding, key=lambda n: n.lineno, default=None)
     return text in ((ast.get_source_segment(src, inner) if inner is not None else src) or "")
+
+
+_EXITS = {ast.Return: "return", ast.Continue: "continue", ast.Break: "break", ast.Raise: "raise"}
+
+
+def early_exit(site: str | None) -> dict | None:
+    """A statement that can take a rank past the call at this site without making it: the nearest `return`,
+    `continue`, `break` or `raise` before it, under an `if`, that leaves the loop or function the call is in; or an
+    exception caught by an `except` around it. {"stmt", "site", "test", "if_site", "leaves"}; None if there is none.
+    How a rank skips a collective its peers make, read from the source alone (which rank took it is the run's to
+    say)."""
+    frames = site_frame(site)
+    parsed = _tree(frames[0][0]) if frames else None
+    if parsed is None:
+        return None
+    tree, src = parsed
+    path, line = frames[0]
+    parent = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+
+    def ancestors(n):
+        while n in parent:
+            n = parent[n]
+            yield n
+
+    holder = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.While,
+                                                             ast.AsyncFor, ast.Try))
+              and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    loops = [n for n in holder if isinstance(n, (ast.For, ast.While, ast.AsyncFor))]
+    func = max((n for n in holder if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), key=lambda n: n.lineno,
+               default=None)
+    found = []
+    for n in ast.walk(func or tree):
+        kind = _EXITS.get(type(n))
+        if kind is None or n.lineno >= line:
+            continue
+        up = list(ancestors(n))
+        if kind in ("continue", "break"):  # out of a loop the call is in
+            scope = next((a for a in up if isinstance(a, (ast.For, ast.While, ast.AsyncFor))), None)
+            ok, leaves = scope in loops, "the loop"
+        else:  # return, raise: out of the function the call is in
+            scope = next((a for a in up if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+            ok, leaves = scope is not None and scope is func, f"{func.name}()" if func is not None else ""
+        cond = next((a for a in up if isinstance(a, ast.If)), None)
+        if ok and cond is not None and up.index(cond) < up.index(scope):  # taken on some ranks only: an `if` in it
+            test = " ".join((ast.get_source_segment(src, cond.test) or "").split())
+            found.append({"stmt": kind, "site": f"{shown_path(path)}:{n.lineno}", "test": test,
+                          "if_site": f"{shown_path(path)}:{cond.lineno}", "leaves": leaves, "line": n.lineno})
+    tries = [n for n in holder if isinstance(n, ast.Try) and _span(n.body) and _span(n.body)[0] <= line
+             <= _span(n.body)[1]]
+    for t in sorted(tries, key=lambda n: -n.lineno)[:1]:
+        for h in t.handlers:
+            if not any(isinstance(x, ast.Raise) for x in ast.walk(h)):
+                caught = ast.get_source_segment(src, h.type) if h.type is not None else "BaseException"
+                found.append({"stmt": "except", "site": f"{shown_path(path)}:{h.lineno}", "test": caught,
+                              "if_site": f"{shown_path(path)}:{t.lineno}", "leaves": "the try block",
+                              "line": h.lineno})
+                break
+    if not found:
+        return None
+    best = max(found, key=lambda e: (e["stmt"] == "except", e["line"]))
+    best.pop("line")
+    return best
+
+
+def exit_words(e: dict) -> str:
+    """'`continue` at train.py:42 (under `if not torch.isfinite(loss):` at train.py:41) leaves the loop'."""
+    if e["stmt"] == "except":
+        return (f"An exception raised in the `try:` at {e['if_site']} and caught by `except {e['test']}:` at "
+                f"{e['site']} leaves the try block")
+    return f"`{e['stmt']}` at {e['site']} (under `if {e['test']}:` at {e['if_site']}) leaves {e['leaves']}"

@@ -124,6 +124,9 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
                      + "; ".join(f"rank {a} sends {n} element{'s' if n != 1 else ''} to rank {b}, which expects {m}"
                                  for a, b, n, m in pairs if a in culprits or b in culprits)]
         branch = rank_branch_of(camps, members, tracks)
+        skipped = None if branch else _skipped(members, culprits, tracks, gname, seq)
+        if skipped is not None:
+            return skipped
         done = sorted(r for r in members if tracks.get(r) is not None and tracks[r].passed.get((gname, seq)))
         if what == ["splits"]:  # only the ranks that received a wrong amount hold wrong data
             done = [r for r in done if r in {b for _, b, _, _ in calls.split_pairs(members)}]
@@ -144,6 +147,45 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
                                   "differs_in": what, **({"wrong_data": done} if wrong else {}),
                                   **({"branch": {k: v for k, v in branch.items() if k != "words"}} if branch else {})})
     return None
+
+
+def _skipped(members: dict[int, dict], culprits: list[int], tracks, gname, seq: int) -> Diagnosis | None:
+    """The odd ranks did not make a different call at this point: they skipped the one their peers are in. Their
+    own call is one the peers made earlier in this group (same line, same call: they went round again) or one
+    further on in the same file, and a statement before the peers' call can take a rank past it (`continue`,
+    `break`, `return` or `raise` under an `if`, an exception caught around it: `branches.early_exit`). Named as
+    ranks missing from the peers' call, with that statement; None where either is not so."""
+    others = sorted(set(members) - set(culprits))
+    if not others or not isinstance(seq, int):
+        return None
+    mine, theirs = members[culprits[0]], members[others[0]]
+    t = tracks.get(others[0])
+
+    def same(p):
+        return (p.get("site"), calls.signature(p)) == (mine.get("site"), calls.signature(mine))
+    before = sorted(k[1] for k, p in (t.by_bucket.items() if t is not None else ())
+                    if k[0] == gname and isinstance(k[1], int) and k[1] < seq and same(p))
+    here, there = branches.site_frame(mine.get("site")), branches.site_frame(theirs.get("site"))
+    further = bool(here and there and here[0][0] == there[0][0] and here[0][1] > there[0][1])
+    exit_ = branches.early_exit(theirs.get("site")) if before or further else None
+    if exit_ is None:
+        return None
+    group, op = theirs.get("group"), op_of(theirs)
+    who, peers = words.ranks(culprits), words.ranks(others)
+    one = len(culprits) == 1
+    where_mine = f"the call {peers} made as #{before[-1]}" if before else "further on in the program"
+    cause = (f"{who} skipped a call {'its' if one else 'their'} peers make: {peers} "
+             f"{'waits' if len(others) == 1 else 'wait'} in {op} #{seq} of group {group} ({words.signature(theirs)} "
+             f"at {theirs.get('site')}), while {who}'s call #{seq} is {words.signature(mine)} at {mine.get('site')}, "
+             f"{where_mine}: {'it' if one else 'they'} had gone on past theirs. {branches.exit_words(exit_)} before "
+             f"the {op} at {theirs.get('site')}: a rank that takes it skips the call its peers make. Every rank "
+             "must make the same collectives: let every rank make the call (with a zero or empty contribution) "
+             "rather than skip it.")
+    return Diagnosis(
+        kind=Kind.MISSING_RANKS, cause=cause[0].upper() + cause[1:],
+        culprit_ranks=culprits, op=op, group=group, seq=seq, site=theirs.get("site"),
+        details={"calls": {str(r): words.call(p) for r, p in sorted(members.items())}, "skipped": words.call(theirs),
+                 "made_as": before[-1] if before else None, "exit": exit_})
 
 
 def _previous_site(t: RankTrack | None, p: dict) -> str | None:

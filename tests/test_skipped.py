@@ -1,0 +1,103 @@
+"""A rank that skips a collective its peers make (issue 29: why a rank diverged), on real gloo runs of programs
+written after the rules by authors who had not read them (`benchmarks/corpus_after/`, ground truth from plain
+torchrun in GROUND_TRUTH_A.md): the peers wait in the call, the odd rank's call is one they made earlier or one
+further on, and the statement that took it past (`continue`, `return`, an exception caught) is named with its line
+and its `if`. The source reading alone is `sandbox.branches.early_exit`, tested on small files here."""
+import os
+import textwrap
+
+import pytest
+
+from conftest import ROOT
+from sandbox import branches, run_script
+
+CORPUS = os.path.join(ROOT, "benchmarks", "corpus_after")
+
+CASES = {
+    # case: (world, culprits, the peers' call line, the statement's words)
+    "missing_nan_loss_skip": (4, [2], 46, "`continue` at benchmarks/corpus_after/missing_nan_loss_skip.py:42 (under "
+                                          "`if not torch.isfinite(loss):` at benchmarks/corpus_after/"
+                                          "missing_nan_loss_skip.py:40) leaves the loop"),
+    "missing_caught_exception_metric": (3, [2], 51, "caught by `except ZeroDivisionError:` at benchmarks/corpus_after/"
+                                                    "missing_caught_exception_metric.py:53 leaves the try block"),
+    "missing_optim_none_grad_return": (2, [1], 32, "`return` at benchmarks/corpus_after/missing_optim_none_grad_return"
+                                                   ".py:31 (under `if p.grad is None:` at benchmarks/corpus_after/"
+                                                   "missing_optim_none_grad_return.py:30) leaves step()"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_rank_that_skipped_the_call_is_named_with_the_statement(clean, case):
+    world, culprits, line, said = CASES[case]
+    res = run_script(os.path.join(CORPUS, f"{case}.py"), world_size=world)
+    d = res.diagnosis
+    assert not res.ok and d.kind == "missing_ranks", (res.verdict, d.kind, d.summary)
+    assert d.culprit_ranks == culprits, d.summary
+    assert d.site == f"benchmarks/corpus_after/{case}.py:{line}", d.site
+    who = f"Rank {culprits[0]} skipped a call its peers make: "
+    assert d.summary.startswith(who) and said in d.summary, d.summary
+    twin = run_script(os.path.join(CORPUS, f"{case}.fixed.py"), world_size=world)
+    assert twin.ok and not twin.warnings, twin.diagnosis.summary
+
+
+def _exit(tmp_path, body, line):
+    path = tmp_path / f"prog{len(list(tmp_path.iterdir()))}.py"  # a file is parsed once per process: one per case
+    path.write_text(textwrap.dedent(body))
+    return branches.early_exit(f"{path}:{line}")
+
+
+def test_each_kind_of_exit_is_found_before_the_call_and_none_elsewhere(tmp_path):
+    loop = """\
+        def train(batches):
+            for b in batches:
+                if b is None:
+                    {stmt}
+                dist.all_reduce(b)
+        """
+    for i, (stmt, leaves) in enumerate((("continue", "the loop"), ("break", "the loop"), ("return", "train()"),
+                                        ("raise ValueError(b)", "train()"))):
+        e = _exit(tmp_path, loop.format(stmt=stmt), 5)
+        assert (e["stmt"], e["leaves"], e["test"], e["site"], e["if_site"]) == (
+            stmt.split()[0], leaves, "b is None", f"{tmp_path}/prog{i}.py:4", f"{tmp_path}/prog{i}.py:3"), e
+    # an exit after the call, one that is not under an `if`, and an `if` without an exit: nothing to name
+    assert _exit(tmp_path, """\
+        def train(batches):
+            for b in batches:
+                dist.all_reduce(b)
+                if b is None:
+                    continue
+        """, 3) is None
+    assert _exit(tmp_path, """\
+        def train(batches):
+            for b in batches:
+                if b is None:
+                    b = zeros()
+                dist.all_reduce(b)
+        """, 5) is None
+    # a `continue` of an inner loop the call is not in does not leave the call's loop
+    assert _exit(tmp_path, """\
+        def train(batches):
+            for b in batches:
+                for x in b:
+                    if x is None:
+                        continue
+                dist.all_reduce(b)
+        """, 6) is None
+    # an exception caught around the call, where the handler does not raise again
+    e = _exit(tmp_path, """\
+        def log(x):
+            try:
+                y = 1 / x
+                dist.all_reduce(y)
+            except ZeroDivisionError:
+                pass
+        """, 4)
+    assert (e["stmt"], e["test"], e["site"].endswith(":5"), e["if_site"].endswith(":2")) == (
+        "except", "ZeroDivisionError", True, True), e
+    assert _exit(tmp_path, """\
+        def log(x):
+            try:
+                dist.all_reduce(x)
+            except RuntimeError:
+                raise
+        """, 3) is None
