@@ -157,9 +157,10 @@ _EXITS = {ast.Return: "return", ast.Continue: "continue", ast.Break: "break", as
 
 
 def early_exit(site: str | None) -> dict | None:
-    """A statement that can take a rank past the call at this site without making it: the nearest `return`,
-    `continue`, `break` or `raise` before it, under an `if`, that leaves the loop or function the call is in; or an
-    exception caught by an `except` around it. {"stmt", "site", "test", "if_site", "leaves"}; None if there is none.
+    """A statement that can take a rank past the call at this site without making it: a `return`, `continue`,
+    `break` or `raise` under an `if` that leaves the loop or function the call is in, before the call (or after
+    it, in a loop around both: the later rounds are skipped; not `continue`); or an exception caught by an `except`
+    around it. The nearest before the call first. {"stmt", "site", "test", "if_site", "leaves"}; None if there is none.
     How a rank skips a collective its peers make, read from the source alone (which rank took it is the run's to
     say)."""
     frames = site_frame(site)
@@ -184,9 +185,12 @@ def early_exit(site: str | None) -> dict | None:
     found = []
     for n in ast.walk(func or tree):
         kind = _EXITS.get(type(n))
-        if kind is None or n.lineno >= line:
+        if kind is None or n.lineno == line:
             continue
         up = list(ancestors(n))
+        # after the call it skips the call only in later rounds of a loop around both, which `continue` does not end
+        if n.lineno > line and (kind == "continue" or not any(a in loops for a in up)):
+            continue
         if kind in ("continue", "break"):  # out of a loop the call is in
             scope = next((a for a in up if isinstance(a, (ast.For, ast.While, ast.AsyncFor))), None)
             ok, leaves = scope in loops, "the loop"
@@ -208,15 +212,23 @@ def early_exit(site: str | None) -> dict | None:
                               "if_site": f"{shown_path(path)}:{t.lineno}", "leaves": "the try block",
                               "line": h.lineno})
                 break
-    if not found:
-        return None
-    best = max(found, key=lambda e: (e["stmt"] == "except", e["line"]))
+    if not found:  # no statement that leaves: the call may sit in an `if` some ranks do not enter
+        around = max((n for n in ast.walk(func or tree) if isinstance(n, ast.If) and _span(n.body)
+                      and _span(n.body)[0] <= line <= _span(n.body)[1]), key=lambda n: n.lineno, default=None)
+        if around is None:
+            return None
+        test = " ".join((ast.get_source_segment(src, around.test) or "").split())
+        return {"stmt": "if", "site": f"{shown_path(path)}:{around.lineno}", "test": test,
+                "if_site": f"{shown_path(path)}:{around.lineno}", "leaves": "the call's `if`"}
+    best = max(found, key=lambda e: (e["stmt"] == "except", e["line"] < line, -abs(e["line"] - line)))
     best.pop("line")
     return best
 
 
 def exit_words(e: dict) -> str:
     """'`continue` at train.py:42 (under `if not torch.isfinite(loss):` at train.py:41) leaves the loop'."""
+    if e["stmt"] == "if":
+        return f"`if {e['test']}:` at {e['site']} is around it"
     if e["stmt"] == "except":
         return (f"An exception raised in the `try:` at {e['if_site']} and caught by `except {e['test']}:` at "
                 f"{e['site']} leaves the try block")

@@ -1,8 +1,9 @@
-"""A rank that skips a collective its peers make (issue 29: why a rank diverged), on real gloo runs of programs
-written after the rules by authors who had not read them (`benchmarks/corpus_after/`, ground truth from plain
-torchrun in GROUND_TRUTH_A.md): the peers wait in the call, the odd rank's call is one they made earlier or one
-further on, and the statement that took it past (`continue`, `return`, an exception caught) is named with its line
-and its `if`. The source reading alone is `sandbox.branches.early_exit`, tested on small files here."""
+"""Why a rank diverged (issue 29), on real gloo runs of programs written after the rules by authors who had not read
+them (`benchmarks/corpus_after/`, ground truth from plain torchrun in GROUND_TRUTH_A.md). A rank that skips a
+collective its peers make: the peers wait in the call, the odd rank's call is one they made earlier or one further
+on, and the statement that took it past (`continue`, `return`, an exception caught) is named with its line and its
+`if`; the source reading alone is `sandbox.branches.early_exit`, tested on small files here. A rank busy in its own
+code while its peers time out at init: the straggler, with the line it was on."""
 import os
 import textwrap
 
@@ -23,6 +24,10 @@ CASES = {
     "missing_optim_none_grad_return": (2, [1], 32, "`return` at benchmarks/corpus_after/missing_optim_none_grad_return"
                                                    ".py:31 (under `if p.grad is None:` at benchmarks/corpus_after/"
                                                    "missing_optim_none_grad_return.py:30) leaves step()"),
+    # written by a fifth author (GROUND_TRUTH_E.md): no statement leaves, the call sits in an `if` on its data
+    "missing_clip_norm_grad_none": (2, [1], 36, "The all_reduce at benchmarks/corpus_after/missing_clip_norm_grad_none"
+                                                ".py:36 sits under `if expert_grads:` at benchmarks/corpus_after/"
+                                                "missing_clip_norm_grad_none.py:34: a rank for which that is false"),
 }
 
 
@@ -74,6 +79,22 @@ def test_each_kind_of_exit_is_found_before_the_call_and_none_elsewhere(tmp_path)
                     b = zeros()
                 dist.all_reduce(b)
         """, 5) is None
+    # ...and with no statement that leaves, the `if` the call itself sits in
+    e = _exit(tmp_path, """\
+        def clip(grads):
+            if grads:
+                dist.all_reduce(norm(grads))
+        """, 3)
+    assert (e["stmt"], e["test"], e["site"].endswith(":2")) == ("if", "grads", True), e
+    # a `break` after the call, in the loop around it, skips it in the later rounds
+    e = _exit(tmp_path, """\
+        def train(batches):
+            for b in batches:
+                dist.all_reduce(b)
+                if b.sum() > 9:
+                    break
+        """, 3)
+    assert (e["stmt"], e["leaves"], e["test"]) == ("break", "the loop", "b.sum() > 9"), e
     # a `continue` of an inner loop the call is not in does not leave the call's loop
     assert _exit(tmp_path, """\
         def train(batches):
@@ -101,3 +122,17 @@ def test_each_kind_of_exit_is_found_before_the_call_and_none_elsewhere(tmp_path)
             except RuntimeError:
                 raise
         """, 3) is None
+
+
+@pytest.mark.slow
+def test_a_rank_busy_past_the_init_timeout_is_the_straggler(clean):
+    """Rank 1 tokenizes a shard seven times larger before init_process_group (timeout 10 s): ranks 0 and 2 raise
+    DistStoreError at init, first rank 0. The cause is rank 1, in its own code, named with the line it was on and
+    the line of main that called it; not rank 0, which only noticed first."""
+    res = run_script(os.path.join(CORPUS, "init_late_tokenizer_shard.py"), world_size=3)
+    d = res.diagnosis
+    assert (d.kind, d.culprit_ranks, d.op) == ("straggler", [1], "init_process_group"), d.summary
+    assert d.summary.startswith("Not a hang: ranks 0 and 2 timed out in init_process_group at "
+                                "benchmarks/corpus_after/init_late_tokenizer_shard.py:38"), d.summary
+    assert ("rank 1 was running its own code at benchmarks/corpus_after/init_late_tokenizer_shard.py:28 (in "
+            "build_vocab), called from benchmarks/corpus_after/init_late_tokenizer_shard.py:37 (in main)") in d.summary

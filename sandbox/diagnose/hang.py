@@ -202,7 +202,7 @@ def diagnose_interrupted(tracks: dict[int, RankTrack]) -> Diagnosis:
 # what a rank says when its own collective hit the process group's timeout (gloo's wait for a peer's data, NCCL's
 # watchdog): the message of the waiting side, never of the rank it waited for
 PG_TIMED_OUT = re.compile(r"Timed out waiting \d+ ?ms|Watchdog caught collective operation timeout|"
-                          r"operation timed out|Timeout\(ms\)=", re.I)
+                          r"operation timed out|Timeout\(ms\)=|wait timeout after \d+ ?ms", re.I)
 STRAGGLER_ADVICE = (" Give that step more time on every rank (a group of its own made with new_group(timeout=...),"
                     " or a longer init_process_group timeout on all ranks), move it out of the way of the others"
                     " (an asynchronous save, torch.distributed.checkpoint.async_save), or wait with"
@@ -212,9 +212,10 @@ _STACK_FRAME = re.compile(r'\s+File "(.+)", line (\d+) in (\S+)')
 
 def _timed_out_at(t: RankTrack, crashed: bool) -> tuple[dict, float] | None:
     """(the collective, when it failed) for a rank whose collective ended at the group's timeout: an error that
-    says so, or (NCCL: the watchdog aborts the process) a crash inside a collective."""
+    says so, or (NCCL: the watchdog aborts the process) a crash inside a collective. init_process_group counts: its
+    rendezvous waits for every rank's key in the store up to the same timeout (DistStoreError: wait timeout)."""
     call = t.pending if crashed else t.failed_call
-    if call is None or not is_collective(call):
+    if call is None or not (is_collective(call) or call.get("op") == "init_process_group"):
         return None
     if crashed:  # only NCCL's watchdog ends a process at the timeout; gloo aborts (SIGABRT) on a mismatch at once
         return (call, t.exit_t) if t.exit_t is not None and _on_a_gpu(t, call) else None
@@ -283,7 +284,8 @@ def busy_at_timeout(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> D
     call, when = timed[first]
     busy = [q for r, q in sorted(tracks.items())
             if r not in timed and r in (call.get("group") or ()) and (q.hello is not None or q.events)
-            and not (q.end is not None and q.end.get("t", when) < when) and not _in_a_call_at(q, when)]
+            and not (q.end is not None and q.end.get("t", when) < when) and not _in_a_call_at(q, when)
+            and not (outcomes.get(r) == "crashed" and q.exit_t is not None and q.exit_t < when)]  # dead, not busy
     if not busy:
         return None
     where = {q.rank: _where_busy(q, when) for q in busy}

@@ -168,7 +168,7 @@ def _skipped(members: dict[int, dict], culprits: list[int], tracks, gname, seq: 
     here, there = branches.site_frame(mine.get("site")), branches.site_frame(theirs.get("site"))
     further = bool(here and there and here[0][0] == there[0][0] and here[0][1] > there[0][1])
     exit_ = branches.early_exit(theirs.get("site")) if before or further else None
-    if exit_ is None:
+    if exit_ is None or (exit_["stmt"] == "if" and not further):  # an `if` around the call: only a rank past it
         return None
     group, op = theirs.get("group"), op_of(theirs)
     who, peers = words.ranks(culprits), words.ranks(others)
@@ -177,8 +177,12 @@ def _skipped(members: dict[int, dict], culprits: list[int], tracks, gname, seq: 
     cause = (f"{who} skipped a call {'its' if one else 'their'} peers make: {peers} "
              f"{'waits' if len(others) == 1 else 'wait'} in {op} #{seq} of group {group} ({words.signature(theirs)} "
              f"at {theirs.get('site')}), while {who}'s call #{seq} is {words.signature(mine)} at {mine.get('site')}, "
-             f"{where_mine}: {'it' if one else 'they'} had gone on past theirs. {branches.exit_words(exit_)} before "
-             f"the {op} at {theirs.get('site')}: a rank that takes it skips the call its peers make. Every rank "
+             f"{where_mine}: {'it' if one else 'they'} had gone on past theirs. "
+             + (f"The {op} at {theirs.get('site')} sits under `if {exit_['test']}:` at {exit_['site']}: a rank for "
+                "which that is false skips the call its peers make." if exit_["stmt"] == "if" else
+                f"{branches.exit_words(exit_)} before the {op} at {theirs.get('site')}: a rank that takes it skips "
+                "the call its peers make.")
+             + " Every rank "
              "must make the same collectives: let every rank make the call (with a zero or empty contribution) "
              "rather than skip it.")
     return Diagnosis(

@@ -1,4 +1,11 @@
-"""filtered_batch_continue (FIXED twin) -- per-rank `continue` on a batch that filtering empties.
+# case: missing_filtered_batch_continue
+# class: missing_ranks
+# names: missing_ranks
+# world: 3
+# culprits: 1
+# cause: dist.all_reduce, line 56
+# nccl: yes
+"""filtered_batch_continue -- per-rank `continue` on a batch that filtering empties.
 
 Report: NVIDIA-NeMo/Automodel PR #2468, "keep DFlash DDP ranks in lockstep on
 no-valid-anchor skips" (https://github.com/NVIDIA-NeMo/Automodel/pull/2468).
@@ -10,8 +17,9 @@ Mistake: rank 1's third batch holds only samples shorter than MIN_LEN; it
 `continue`s past the all_reduce. Its next all_reduce pairs with the peers'
 third one, so the averages mix steps; when rank 1 leaves the loop, ranks 0 and 2
 are still waiting in their fourth all_reduce.
-Fix: no `continue`; the empty rank still calls all_reduce with [0.0, 0.0] (sum,
-count), so the average is over the samples that exist. torchrun exits 0.
+torchrun shows: rank 1 prints a WRONG line and exits 0; ranks 0/2 fail in
+all_reduce with gloo "Connection closed by peer" (or "Read error ... Connection
+reset by peer"); ChildFailedError blames rank 0 or 2, never rank 1.
 """
 import datetime
 
@@ -41,8 +49,9 @@ def main():
     w = torch.zeros(1, dtype=torch.float64)
     for step, batch in enumerate(BATCHES[rank]):
         usable = [n for n in batch if n >= MIN_LEN]
-        if not usable:  # FIX: no `continue`; join the all_reduce with a zero contribution
-            print(f"[rank {rank}] step {step}: no valid sample, contributing zeros", flush=True)
+        if not usable:
+            print(f"[rank {rank}] step {step}: no valid sample, skipping batch", flush=True)
+            continue  # BUG: peers still make the all_reduce below
         grad = torch.tensor([float(sum(usable)), float(len(usable))], dtype=torch.float64)
         dist.all_reduce(grad)  # sum of per-sample "gradients" and sample count
         w -= 0.01 * grad[0] / grad[1]

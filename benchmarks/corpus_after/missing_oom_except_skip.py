@@ -1,4 +1,11 @@
-"""oom_except_skip (FIXED twin) -- one rank catches a (simulated) OOM and skips the batch's all_reduce.
+# case: missing_oom_except_skip
+# class: missing_ranks
+# names: missing_ranks
+# world: 3
+# culprits: 2
+# cause: dist.all_reduce, line 47
+# nccl: yes
+"""oom_except_skip -- one rank catches a (simulated) OOM and skips the batch's all_reduce.
 
 Report: facebookresearch/fairseq PR #3989, "Fixes OOM bug causing distributed
 training jobs to hang" (https://github.com/facebookresearch/fairseq/pull/3989):
@@ -11,8 +18,8 @@ step-1 batch is too big, forward raises "CUDA out of memory" (simulated), the
 except prints a warning and moves on, so rank 2 never reaches that all_reduce.
 Its step-2 all_reduce pairs with the peers' step-1 one, and at the end ranks 0
 and 1 wait in a last all_reduce that rank 2 never makes.
-Fix: the collective is moved out of the try; the OOM rank contributes a zero
-gradient and zero batch count to the same all_reduce. torchrun exits 0.
+torchrun shows: rank 2 prints a WRONG line, ranks 0/1 fail with gloo
+"Connection closed/reset by peer"; ChildFailedError.
 """
 import datetime
 
@@ -37,13 +44,12 @@ def main():
     for step, ntok in enumerate(TOKENS[rank]):
         try:
             grad = forward_backward(ntok)
+            dist.all_reduce(grad)  # gradient sync across data-parallel ranks
+            w -= grad[0].item() / grad[1].item()
         except RuntimeError as e:
             if "out of memory" not in str(e):
                 raise
-            print(f"[rank {rank}] step {step}: WARNING ran out of memory, zero grad", flush=True)
-            grad = torch.zeros(2, dtype=torch.float64)  # FIX: still join the all_reduce
-        dist.all_reduce(grad)  # gradient sync across data-parallel ranks
-        w -= grad[0].item() / grad[1].item()
+            print(f"[rank {rank}] step {step}: WARNING ran out of memory, skipping batch", flush=True)
     expected = 0.0
     for step in range(4):
         ok = [TOKENS[r][step] * 0.001 for r in TOKENS if TOKENS[r][step] <= MAX_TOKENS]

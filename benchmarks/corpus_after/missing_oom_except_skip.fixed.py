@@ -1,4 +1,8 @@
-"""oom_except_skip -- one rank catches a (simulated) OOM and skips the batch's all_reduce.
+# case: missing_oom_except_skip
+# fixed: the collective is moved out of the try; the rank that ran out of memory contributes a zero gradient
+# world: 3
+# nccl: yes
+"""oom_except_skip (FIXED twin) -- one rank catches a (simulated) OOM and skips the batch's all_reduce.
 
 Report: facebookresearch/fairseq PR #3989, "Fixes OOM bug causing distributed
 training jobs to hang" (https://github.com/facebookresearch/fairseq/pull/3989):
@@ -11,8 +15,8 @@ step-1 batch is too big, forward raises "CUDA out of memory" (simulated), the
 except prints a warning and moves on, so rank 2 never reaches that all_reduce.
 Its step-2 all_reduce pairs with the peers' step-1 one, and at the end ranks 0
 and 1 wait in a last all_reduce that rank 2 never makes.
-torchrun shows: rank 2 prints a WRONG line, ranks 0/1 fail with gloo
-"Connection closed/reset by peer"; ChildFailedError.
+Fix: the collective is moved out of the try; the OOM rank contributes a zero
+gradient and zero batch count to the same all_reduce. torchrun exits 0.
 """
 import datetime
 
@@ -37,12 +41,13 @@ def main():
     for step, ntok in enumerate(TOKENS[rank]):
         try:
             grad = forward_backward(ntok)
-            dist.all_reduce(grad)  # gradient sync across data-parallel ranks
-            w -= grad[0].item() / grad[1].item()
         except RuntimeError as e:
             if "out of memory" not in str(e):
                 raise
-            print(f"[rank {rank}] step {step}: WARNING ran out of memory, skipping batch", flush=True)
+            print(f"[rank {rank}] step {step}: WARNING ran out of memory, zero grad", flush=True)
+            grad = torch.zeros(2, dtype=torch.float64)  # FIX: still join the all_reduce
+        dist.all_reduce(grad)  # gradient sync across data-parallel ranks
+        w -= grad[0].item() / grad[1].item()
     expected = 0.0
     for step in range(4):
         ok = [TOKENS[r][step] * 0.001 for r in TOKENS if TOKENS[r][step] <= MAX_TOKENS]

@@ -1,4 +1,8 @@
-"""log_metrics_early_return -- a logging helper `return`s early when it has nothing to log.
+# case: missing_log_metrics_early_return
+# fixed: no early return; a rank with nothing to log still calls all_reduce with a zero sum and zero count
+# world: 2
+# nccl: yes
+"""log_metrics_early_return (FIXED twin) -- a logging helper `return`s early when it has nothing to log.
 
 Report: Lightning-AI/pytorch-lightning PR #19917, "Update docstring for
 `self.log` about keys in distributed training"
@@ -11,9 +15,8 @@ Mistake: log_metrics() returns before its all_reduce when this rank's batch has
 no labelled sample. At step 1 rank 1 has none, so its step-2 all_reduce pairs
 with rank 0's step-1 one (same shape: silently mixed), and at the last step
 rank 0 waits for a peer that has already finished.
-torchrun shows: rank 1 prints a WRONG line (its logged mean losses are wrong),
-rank 0 fails with gloo "Connection closed by peer" (or "Connection reset by
-peer"); ChildFailedError names rank 0.
+Fix: no early return; a rank with nothing to log still calls all_reduce with a
+zero sum and zero count. torchrun exits 0.
 """
 import datetime
 
@@ -26,8 +29,7 @@ LOSSES = {0: [[0.5, 0.7], [0.4], [0.3, 0.2], [0.6]],
 
 
 def log_metrics(step, losses, history):
-    if not losses:
-        return  # BUG: "nothing to log" on this rank, but peers all_reduce below
+    # FIX: no early return; an empty rank joins the all_reduce with (0.0, 0 samples)
     stats = torch.tensor([sum(losses), float(len(losses))], dtype=torch.float64)
     dist.all_reduce(stats)  # sync_dist: global sum of losses and sample count
     mean = stats[0].item() / stats[1].item()

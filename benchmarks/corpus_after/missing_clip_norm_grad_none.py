@@ -1,4 +1,11 @@
-"""clip_norm_grad_none (FIXED twin) -- grad-norm clipping all_reduces the expert norm only if grads exist.
+# case: missing_clip_norm_grad_none
+# class: missing_ranks
+# names: missing_ranks
+# world: 2
+# culprits: 1
+# cause: dist.all_reduce, line 36
+# nccl: yes
+"""clip_norm_grad_none -- grad-norm clipping all_reduces the expert norm only if grads exist.
 
 Report: https://github.com/deepspeedai/DeepSpeed/pull/8478 ("Count each expert once
 in the fp32 gradient-clipping norm"): review found a hang because "an unused
@@ -10,8 +17,9 @@ Mistake: each rank owns one expert (expert parallel). At step 1 no token of
 rank 1's batch is routed to its expert, so the expert's .grad stays None and
 clip_grad_norm() skips the expert-norm all_reduce. Rank 1's next collective (the
 20-element dense-gradient all_reduce of step 2) meets rank 0's scalar norm one.
-Fix: the expert-norm all_reduce is unconditional; a rank whose expert has no
-grad contributes a zero. torchrun exits 0.
+torchrun shows: gloo aborts innocent rank 0 (SIGABRT) with "EnforceNotMet ... Received
+data size doesn't match expected size. Is there a distributed collective mismatch in
+your code?"; rank 1 gets "Connection reset by peer"; ChildFailedError.
 """
 import datetime
 
@@ -23,9 +31,10 @@ from torch import nn
 def clip_grad_norm(dense, expert, max_norm):
     sq = torch.stack([p.grad.pow(2).sum() for p in dense.parameters()]).sum()
     expert_grads = [p.grad for p in expert.parameters() if p.grad is not None]
-    esq = torch.stack([g.pow(2).sum() for g in expert_grads]).sum() if expert_grads else torch.zeros(())
-    dist.all_reduce(esq)  # FIX: always called; an idle expert contributes 0
-    sq = sq + esq
+    if expert_grads:  # BUG: a rank whose expert got no tokens skips the all_reduce
+        esq = torch.stack([g.pow(2).sum() for g in expert_grads]).sum()
+        dist.all_reduce(esq)  # sum expert norms over the expert-parallel ranks
+        sq = sq + esq
     total = sq.sqrt()
     coef = min(1.0, max_norm / (total.item() + 1e-6))
     for p in list(dense.parameters()) + list(expert.parameters()):

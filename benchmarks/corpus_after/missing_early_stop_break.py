@@ -1,3 +1,10 @@
+# case: missing_early_stop_break
+# class: missing_ranks
+# names: missing_ranks
+# world: 3
+# culprits: 2
+# cause: dist.all_reduce, line 43
+# nccl: yes
 """early_stop_break -- a per-rank early-stopping `break` out of the epoch loop.
 
 Report: Lightning-AI/pytorch-lightning issue #379, "Early stopping with ddp bug"

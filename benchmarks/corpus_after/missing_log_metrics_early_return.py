@@ -1,4 +1,11 @@
-"""log_metrics_early_return (FIXED twin) -- a logging helper `return`s early when it has nothing to log.
+# case: missing_log_metrics_early_return
+# class: missing_ranks
+# names: missing_ranks
+# world: 2
+# culprits: 1
+# cause: dist.all_reduce, line 39
+# nccl: yes
+"""log_metrics_early_return -- a logging helper `return`s early when it has nothing to log.
 
 Report: Lightning-AI/pytorch-lightning PR #19917, "Update docstring for
 `self.log` about keys in distributed training"
@@ -11,8 +18,9 @@ Mistake: log_metrics() returns before its all_reduce when this rank's batch has
 no labelled sample. At step 1 rank 1 has none, so its step-2 all_reduce pairs
 with rank 0's step-1 one (same shape: silently mixed), and at the last step
 rank 0 waits for a peer that has already finished.
-Fix: no early return; a rank with nothing to log still calls all_reduce with a
-zero sum and zero count. torchrun exits 0.
+torchrun shows: rank 1 prints a WRONG line (its logged mean losses are wrong),
+rank 0 fails with gloo "Connection closed by peer" (or "Connection reset by
+peer"); ChildFailedError names rank 0.
 """
 import datetime
 
@@ -25,7 +33,8 @@ LOSSES = {0: [[0.5, 0.7], [0.4], [0.3, 0.2], [0.6]],
 
 
 def log_metrics(step, losses, history):
-    # FIX: no early return; an empty rank joins the all_reduce with (0.0, 0 samples)
+    if not losses:
+        return  # BUG: "nothing to log" on this rank, but peers all_reduce below
     stats = torch.tensor([sum(losses), float(len(losses))], dtype=torch.float64)
     dist.all_reduce(stats)  # sync_dist: global sum of losses and sample count
     mean = stats[0].item() / stats[1].item()

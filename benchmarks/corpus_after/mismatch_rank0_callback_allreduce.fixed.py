@@ -1,4 +1,8 @@
-"""rank0_callback_allreduce -- a logging callback registered on rank 0 only calls all_reduce.
+# case: mismatch_rank0_callback_allreduce
+# fixed: the callback is registered on every rank (its collective runs everywhere); only the print inside it stays rank-0
+# world: 2
+# nccl: yes
+"""rank0_callback_allreduce (FIXED twin) -- a logging callback registered on rank 0 only calls all_reduce.
 
 Report: mosaicml/composer issue #239, "Remove `RankZeroCallback` and
 `RankZeroLogger`" (https://github.com/mosaicml/composer/issues/239): rank-zero
@@ -9,10 +13,8 @@ Mistake: the throughput monitor is "just logging", so it is only registered
 `if rank == 0`. Its on_step_end all_reduces the token count to report global
 throughput, so rank 0 issues one extra all_reduce per step. Rank 0's 1-element
 callback all_reduce meets rank 1's 8-element gradient all_reduce of step 1.
-torchrun shows: gloo aborts rank 0 with "EnforceNotMet ... op.preamble.length <=
-op.nbytes. 8 vs 4. Received data size doesn't match expected size. Is there a
-distributed collective mismatch in your code?" (SIGABRT) and rank 1 gets
-"Connection reset by peer"; ChildFailedError.
+Fix: the callback is registered on every rank (its collective runs everywhere);
+only the print inside it stays rank-0. torchrun exits 0.
 """
 import datetime
 
@@ -32,9 +34,7 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
     rank, world = dist.get_rank(), dist.get_world_size()
     assert world == 2, "run with --nproc-per-node 2"
-    callbacks = []
-    if rank == 0:
-        callbacks.append(ThroughputMonitor())  # BUG: registered on rank 0 only
+    callbacks = [ThroughputMonitor()]  # FIX: every rank registers it; only printing is rank-0
     w = torch.zeros(8)
     for step in range(4):
         ntokens = 100 * (rank + 1) + step

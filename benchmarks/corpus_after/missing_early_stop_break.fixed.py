@@ -1,3 +1,7 @@
+# case: missing_early_stop_break
+# fixed: the stop flag is all_reduced with MAX before the `break`, so all ranks leave the loop at the same epoch
+# world: 3
+# nccl: yes
 """early_stop_break (FIXED twin) -- a per-rank early-stopping `break` out of the epoch loop.
 
 Report: Lightning-AI/pytorch-lightning issue #379, "Early stopping with ddp bug"
