@@ -156,11 +156,11 @@ def function_uses(site: str | None, text: str) -> bool:
 _EXITS = {ast.Return: "return", ast.Continue: "continue", ast.Break: "break", ast.Raise: "raise"}
 
 
-def early_exit(site: str | None) -> dict | None:
+def early_exit(site: str | None, without: tuple = ()) -> dict | None:
     """A statement that can take a rank past the call at this site without making it: a `return`, `continue`,
     `break` or `raise` under an `if` that leaves the loop or function the call is in, before the call (or after
     it, in a loop around both: the later rounds are skipped; not `continue`); or an exception caught by an `except`
-    around it. The nearest before the call first. {"stmt", "site", "test", "if_site", "leaves"}; None if there is none.
+    around it. The nearest before the call first; statements named in `without` ("break", ...) are passed over. {"stmt", "site", "test", "if_site", "leaves"}; None if there is none.
     How a rank skips a collective its peers make, read from the source alone (which rank took it is the run's to
     say)."""
     frames = site_frame(site)
@@ -185,7 +185,7 @@ def early_exit(site: str | None) -> dict | None:
     found = []
     for n in ast.walk(func or tree):
         kind = _EXITS.get(type(n))
-        if kind is None or n.lineno == line:
+        if kind is None or kind in without or n.lineno == line:
             continue
         up = list(ancestors(n))
         # after the call it skips the call only in later rounds of a loop around both, which `continue` does not end

@@ -136,3 +136,19 @@ def test_a_rank_busy_past_the_init_timeout_is_the_straggler(clean):
                                 "benchmarks/corpus_after/init_late_tokenizer_shard.py:38"), d.summary
     assert ("rank 1 was running its own code at benchmarks/corpus_after/init_late_tokenizer_shard.py:28 (in "
             "build_vocab), called from benchmarks/corpus_after/init_late_tokenizer_shard.py:37 (in main)") in d.summary
+
+
+def test_a_rank_that_left_its_peers_loop_by_break_stays_a_collective_mismatch(tmp_path):
+    """`break` is passed over when the skip rule reads the source: a rank that left the loop its peers are in is
+    a collective mismatch, as the catalogue's aux-data bug and lab 08 document it."""
+    e = _exit(tmp_path, """\
+        def train(batches):
+            for b in batches:
+                dist.all_reduce(b)
+                if b.sum() > 9:
+                    break
+            dist.barrier()
+        """, 3)
+    assert e["stmt"] == "break"
+    path = sorted(tmp_path.iterdir())[-1]
+    assert branches.early_exit(f"{path}:3", without=("break",)) is None
