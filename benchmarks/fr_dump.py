@@ -61,8 +61,10 @@ INTERVAL_S = float(os.environ.get("FR_DUMP_INTERVAL_S", "0.5"))
 # On gloo a group's `last_completed_collective` is set by its worker thread just after the caller's wait returns:
 # in a 2-rank loop of synchronous all_reduces, 15 of 120 dumps taken at once still showed the last one incomplete,
 # each caught up within about 1 ms (torch 2.13 CPU, quiet machine). A dump taken in that window made a correct job
-# read as hung in its last collective.
-SETTLE_S = 0.5
+# read as hung in its last collective. Under load (two busy loops beside a 2-rank job on 2 cores) the count lagged
+# past 0.5 s in about 1 run of 4 of tests/test_flight_offline.py's 40-dump loop; with 2 s, 6 runs of 6 settled. The
+# wait is counted from the first dump's return and ends as soon as the count has caught up.
+SETTLE_S = 2.0
 
 
 def dump_path(environ=os.environ) -> str:
@@ -135,13 +137,14 @@ class Dumper:
 
         import torch
 
-        deadline = time.monotonic() + settle_s
-        while True:
+        deadline = None  # counted from the first dump's return: a dump itself can take longer than settle_s under
+        while True:      # load, and one that starts the wait must not also end it with what it saw before
             data = torch._C._distributed_c10d._dump_fr_trace()
-            if time.monotonic() >= deadline:
-                return data
             groups = (pickle.loads(data).get("pg_status") or {}).values()
             if all(g.get("last_completed_collective", -1) >= g.get("last_enqueued_collective", -1) for g in groups):
+                return data
+            deadline = time.monotonic() + settle_s if deadline is None else deadline
+            if time.monotonic() >= deadline:
                 return data
             time.sleep(0.001)
 
