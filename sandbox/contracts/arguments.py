@@ -2,9 +2,11 @@
 not a member of, a root named as a global rank where it is not in the group (or as a rank within the group where
 that names another process), and a recv without `src`, which takes whichever message comes first.
 
-`group_member` is a breach whatever the run came to (torch itself warns: "Running all_reduce on global rank N which
-does not belong to the given group"). The others are legal calls that explain a failure: `explain_arguments` notes
-the first that applies in a failed run's diagnosis, and names the ranks that made the call as the ones to fix.
+`group_member` and `any_source` are breaches whatever the run came to (torch itself warns of the first: "Running
+all_reduce on global rank N which does not belong to the given group"; the second says which rank's message filled
+which receive). The rest are legal calls that explain a failure: `explain_arguments` notes the first that applies in
+a failed run's diagnosis (a recv without `src` still pending or failed there, `_any_source`), and names the ranks
+that made the call as the ones to fix.
 """
 from __future__ import annotations
 
@@ -81,10 +83,10 @@ def explain_arguments(diagnosis, warnings: list[ContractWarning], tracks: dict[i
     the ranks that made the call as culprits, and details["contract"]; None when no argument explains it."""
     if diagnosis.kind not in _OPEN_KINDS:
         return None
-    member = [w for w in warnings if w.kind in ("group_member", "any_source")]
-    if member:
-        culprits = sorted({r for w in member for r in w.ranks})
-        return _noted(diagnosis, " ".join(w.summary for w in member[:3]), culprits, member[0].kind)
+    breached = [w for w in warnings if w.kind in ("group_member", "any_source")]
+    if breached:
+        culprits = sorted({r for w in breached for r in w.ranks})
+        return _noted(diagnosis, " ".join(w.summary for w in breached[:3]), culprits, breached[0].kind)
     for found in (_root_misread(tracks), _group_root_elsewhere(tracks), _any_source(tracks)):
         if found is not None:
             words, culprits, kind = found
