@@ -58,12 +58,11 @@ import threading
 PREFIX = "nccl_trace_rank_"  # torch's name for NCCL dumps, the default prefix of torchfrtrace and sandbox.diagnose
 INTERVAL_S = float(os.environ.get("FR_DUMP_INTERVAL_S", "0.5"))
 # How long a deliberate dump (at destroy_process_group, at the script's end) waits for the recorder to catch up.
-# On gloo a group's `last_completed_collective` is set by its worker thread just after the caller's wait returns:
-# in a 2-rank loop of synchronous all_reduces, 15 of 120 dumps taken at once still showed the last one incomplete,
-# each caught up within about 1 ms (torch 2.13 CPU, quiet machine). A dump taken in that window made a correct job
-# read as hung in its last collective. Under load (two busy loops beside a 2-rank job on 2 cores) the count lagged
-# past 0.5 s in about 1 run of 4 of tests/test_flight_offline.py's 40-dump loop; with 2 s, 6 runs of 6 settled. The
-# wait is counted from the first dump's return and ends as soon as the count has caught up.
+# On gloo a call's entry is retired by the group's worker thread just after the caller's wait returns: in a 2-rank
+# loop of synchronous all_reduces, 15 of 120 dumps taken at once still showed the last one not retired, each caught
+# up within about 2 ms, under load too (torch 2.13 CPU). A dump taken in that window made a correct job read as hung
+# in its last collective. The wait is per entry (`settled`), counted from the first dump's return, and ends as soon
+# as every entry is retired; it runs out only where a call is really unfinished (an async one never waited).
 SETTLE_S = 2.0
 
 
@@ -74,22 +73,24 @@ def dump_path(environ=os.environ) -> str:
 
 
 def progress(data: bytes) -> dict:
-    """How far a dump has come: its number of entries, and per group (enqueued, completed) collectives."""
+    """How far a dump has come: its number of entries and of retired ones, and per group (enqueued, completed)
+    collectives."""
     import pickle
 
     doc = pickle.loads(data)
-    return {"entries": len(doc.get("entries") or ()),
+    entries = doc.get("entries") or ()
+    return {"entries": len(entries), "retired": sum(e.get("retired") is True for e in entries),
             "groups": {g: (s.get("last_enqueued_collective", -1), s.get("last_completed_collective", -1))
                        for g, s in (doc.get("pg_status") or {}).items()}}
 
 
 def behind(new: dict, old: dict) -> bool:
-    """Is a dump of progress `new` behind one of progress `old`: no more entries, no group further on, and some less?
-    Such a dump is never written over the other. It is an older snapshot that reached the lock late (the thread's,
-    after a deliberate write), or a count gone back: after destroy_process_group a gloo group's completed count was
-    seen at 7 where the dump taken as destroy began had it at 8 of 8 (torch 2.13 CPU, 1 run in about 20 under load),
-    and that last dump, written over the good one, made a correct job read as hung in its last collective."""
-    if new == old or new["entries"] > old["entries"]:
+    """Is a dump of progress `new` behind one of progress `old`: no more entries, none more retired, no group further
+    on, and some less? Such a dump is never written over the other. It is an older snapshot that reached the lock late
+    (the thread's, after a deliberate write), or a count gone back: after destroy_process_group a gloo group's
+    completed count was seen at 7 where the dump taken as destroy began had it at 8 of 8 (torch 2.13 CPU, 1 run in
+    about 20 under load; the count is not monotonic, see `settled`)."""
+    if new == old or new["entries"] > old["entries"] or new.get("retired", 0) > old.get("retired", 0):
         return False
     for g, (enqueued, completed) in new["groups"].items():
         if g not in old["groups"]:
@@ -97,6 +98,16 @@ def behind(new: dict, old: dict) -> bool:
         if enqueued > old["groups"][g][0] or completed > old["groups"][g][1]:
             return False
     return True
+
+
+def settled(data: bytes) -> bool:
+    """Has the recorder retired every call of this dump? Per entry: a group's `last_completed_collective` can stay
+    behind for good on gloo, whose two worker threads each write it after their call, so one that runs late puts back
+    a number a later call had already written (torch's ProcessGroupGloo::runLoop; 9 times in 2000 calls under load)."""
+    import pickle
+
+    return all(e.get("retired") is True or e.get("state") == "completed"
+               for e in pickle.loads(data).get("entries") or ())
 
 
 class Dumper:
@@ -113,8 +124,8 @@ class Dumper:
         self._thread = threading.Thread(target=self._loop, name="fr_dump", daemon=True)
 
     def write(self, settle: bool = False) -> None:
-        """Write the dump now; `settle`: first let each group's completed count catch up with its enqueued one
-        (at most SETTLE_S), for the dumps written where the rank is not inside a collective (see SETTLE_S)."""
+        """Write the dump now; `settle`: first let the recorder retire every call it holds (at most SETTLE_S), for
+        the dumps written where the rank is not inside a collective (see SETTLE_S)."""
         # the snapshot outside the lock (the dump may import torch._inductor the first time: never under our lock);
         # the last write comes after the thread is joined (`stop`), so no older snapshot lands after it
         data = self._snapshot(SETTLE_S if settle else 0.0)
@@ -132,7 +143,6 @@ class Dumper:
 
     @staticmethod
     def _snapshot(settle_s: float) -> bytes:
-        import pickle
         import time
 
         import torch
@@ -140,8 +150,7 @@ class Dumper:
         deadline = None  # counted from the first dump's return: a dump itself can take longer than settle_s under
         while True:      # load, and one that starts the wait must not also end it with what it saw before
             data = torch._C._distributed_c10d._dump_fr_trace()
-            groups = (pickle.loads(data).get("pg_status") or {}).values()
-            if all(g.get("last_completed_collective", -1) >= g.get("last_enqueued_collective", -1) for g in groups):
+            if settled(data):
                 return data
             deadline = time.monotonic() + settle_s if deadline is None else deadline
             if time.monotonic() >= deadline:
