@@ -233,3 +233,68 @@ def exit_words(e: dict) -> str:
         return (f"An exception raised in the `try:` at {e['if_site']} and caught by `except {e['test']}:` at "
                 f"{e['site']} leaves the try block")
     return f"`{e['stmt']}` at {e['site']} (under `if {e['test']}:` at {e['if_site']}) leaves {e['leaves']}"
+
+
+# ------------------------------------------------------------------------------------------------ hash order
+
+_ORDER_KEEPING = {"list", "tuple", "iter", "enumerate"}  # wrappers that keep the order of what they are given
+_SET_METHODS = {"union", "intersection", "difference", "symmetric_difference", "copy"}
+
+
+def _set_made(node, assigned: dict, depth: int = 0):
+    """The expression that makes the set `node` iterates in its own order, or None: a set display or comprehension,
+    set()/frozenset(), a set operation, or a name (or attribute) assigned one of these in the same file; through
+    list()/tuple()/iter()/enumerate(), which keep that order (sorted() does not)."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _ORDER_KEEPING \
+            and node.args:
+        node = node.args[0]
+    if isinstance(node, ast.Set):  # a display of constants other than strings iterates alike in every process
+        consts = [e for e in node.elts if isinstance(e, ast.Constant)]
+        return node if len(consts) < len(node.elts) or any(isinstance(e.value, (str, bytes)) for e in consts) \
+            else None
+    if isinstance(node, ast.SetComp) or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                                         and node.func.id in ("set", "frozenset")):
+        return node
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitOr, ast.BitAnd, ast.Sub, ast.BitXor)):
+        return node if (_set_made(node.left, assigned, depth) or _set_made(node.right, assigned, depth)) else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SET_METHODS:
+        return node if _set_made(node.func.value, assigned, depth) else None
+    if isinstance(node, (ast.Name, ast.Attribute)) and depth < 3:
+        for value in assigned.get(ast.unparse(node), ()):
+            made = _set_made(value, assigned, depth + 1)
+            if made is not None:
+                return made
+    return None
+
+
+def hash_order(site: str | None) -> dict | None:
+    """The loop around the call at `site` iterates a set (`_set_made`): its order follows the process's string-hash
+    seed when the set holds strings, and separate processes (torchrun's workers) each draw their own, so the ranks
+    make the loop's calls in different orders. {"loop": site of the `for`, "iter": its iterable as written,
+    "made": site of the expression that made the set}; None if the call is in no such loop."""
+    frames = site_frame(site)
+    parsed = _tree(frames[0][0]) if frames else None
+    if parsed is None:
+        return None
+    tree, _ = parsed
+    path, line = frames[0]
+    assigned: dict[str, list] = {}
+    for n in ast.walk(tree):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) and n.value \
+            else []
+        for t in targets:
+            if isinstance(t, (ast.Name, ast.Attribute)):
+                assigned.setdefault(ast.unparse(t), []).append(n.value)
+    loops = []
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.For, ast.AsyncFor)) and n.body and n.body[0].lineno <= line <= (n.end_lineno or 0):
+            loops.append((n.lineno, n.iter))
+        elif isinstance(n, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)) \
+                and n.lineno <= line <= (n.end_lineno or n.lineno):
+            loops += [(n.lineno, g.iter) for g in n.generators]
+    for at, it in sorted(loops, key=lambda x: -x[0]):  # the innermost first
+        made = _set_made(it, assigned)
+        if made is not None:
+            return {"loop": f"{shown_path(path)}:{at}", "iter": ast.unparse(it),
+                    "made": f"{shown_path(path)}:{made.lineno}"}
+    return None
