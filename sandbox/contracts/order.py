@@ -29,11 +29,18 @@ def explain_order(diagnosis, tracks: dict[int, RankTrack]):
         return None
     for site in _sites(diagnosis, tracks):
         found = branches.hash_order(site)
+        if found is not None and "value" in found:
+            note = (f"The call at {site} takes `{found['value']}`, made at {found['made']} while iterating"
+                    f" `{found['iter']}` in the order of the set `{found['set']}`: holding strings, a set iterates in"
+                    f" the order of its process's string-hash seed, and every rank's process has its own (as each of"
+                    f" torchrun's workers does), so the ranks disagree on it. Iterate `sorted({found['set']})`, or"
+                    f" set PYTHONHASHSEED for every rank.")
+            return replace(diagnosis.noted(note), details={**diagnosis.details, "order": found})
         if found is not None:
-            note = (f"The call at {site} is made in the loop at {found['loop']} over `{found['iter']}`, a set (made at"
-                    f" {found['made']}): holding strings, it iterates in the order of its process's string-hash"
-                    f" seed, and every rank's process has its own (as each of torchrun's workers does), so the ranks"
-                    f" make these calls in different orders. Iterate `sorted({found['iter']})`, or set PYTHONHASHSEED"
-                    f" for every rank.")
+            note = (f"The call at {site} is made in the loop at {found['loop']} over `{found['iter']}`, in the order"
+                    f" of the set `{found['set']}` (made at {found['made']}): holding strings, a set iterates in the"
+                    f" order of its process's string-hash seed, and every rank's process has its own (as each of"
+                    f" torchrun's workers does), so the ranks make these calls in different orders. Iterate"
+                    f" `sorted({found['set']})`, or set PYTHONHASHSEED for every rank.")
             return replace(diagnosis.noted(note), details={**diagnosis.details, "order": found})
     return None
