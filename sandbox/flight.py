@@ -141,13 +141,18 @@ def _via(inner) -> str | None:
     return None
 
 
+def retired(e: dict) -> bool:
+    """Has the backend finished this entry, by the entry itself? Its state says so (NCCL, from its events), or the
+    recorder retired it: gloo's worker thread retires each entry right after running it."""
+    return e.get("state") == "completed" or e.get("retired") is True
+
+
 def _completed(e: dict, status: dict) -> bool:
-    """Has the backend finished this entry? Its state says so (NCCL, from its events), or the recorder retired it:
-    gloo's worker thread retires each entry right after running it. A group's `last_completed_collective` alone can
-    lie: two gloo worker threads each write it after their call, and one that runs late overwrites a later call's
-    number with its own, which then stays behind until the next call (torch's ProcessGroupGloo::runLoop; seen 9
-    times in 2000 checked calls under load, torch 2.13 CPU)."""
-    if e.get("state") == "completed" or e.get("retired") is True:
+    """Has the backend finished this entry: `retired`, or (an older dump without the flag) its group's count is past
+    it. The count alone can lie: two gloo worker threads each write it after their call, and one that runs late
+    overwrites a later call's number with its own, which then stays behind until the next call (torch's
+    ProcessGroupGloo::runLoop; seen 9 times in 2000 checked calls under load, torch 2.13 CPU)."""
+    if retired(e):
         return True
     if e.get("is_p2p"):
         return False

@@ -73,8 +73,7 @@ def _settled(raw: bytes) -> bool:
     """Has the backend retired every call the recorder holds? (gloo retires a call a moment after wait() returns.)
     Per entry, not by the groups' `last_completed_collective`, which two gloo worker threads can leave behind for
     good (see sandbox.flight's `_completed`)."""
-    return all(e.get("retired") is True or e.get("state") == "completed"
-               for e in pickle.loads(raw).get("entries") or ())
+    return all(flight.retired(e) for e in pickle.loads(raw).get("entries") or ())
 
 
 def dump(final: bool = False) -> None:
