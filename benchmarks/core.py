@@ -41,6 +41,9 @@
               rendezvous and workers) vs the sandbox's own launcher, the whole subprocess; both in every repeat.
               The watcher must keep up with a long run, reading only what the workers appended (needs root)
                                                                                           goal: <= 2x
+13. hash seeds: `python -m sandbox.run -n 4 job.py` as in part 1, its ranks dealt among two zygotes with their own
+              string-hash seeds (the default, `sandbox.defaults.HASH_SEEDS`), vs the same with PYTHONHASHSEED set
+              (one seed, one zygote), the whole subprocess; both in every repeat               goal: <= 1.15x
 Each repeat runs every measurement once, in an order rotated from repeat to repeat, so the noise of this machine
 hits all of them alike. The script always exits 0: it is a report, not a test.
 """
@@ -338,6 +341,10 @@ def main(argv=None) -> int:
                 record(f"sandbox_{n}", _run([PY, "-m", "sandbox.run", "-n", str(n), job], REPO)[0])
             return go
 
+        def sandbox_one_seed():  # PYTHONHASHSEED set: every rank has that seed, one zygote forks them all
+            record("sandbox_4_one_seed", _run([PY, "-m", "sandbox.run", "-n", "4", job], REPO,
+                                              env={"PYTHONHASHSEED": "0"})[0])
+
         def torchrun_4():
             record("torchrun_4", _torchrun(4, job, tmp)[0])
 
@@ -460,6 +467,7 @@ def main(argv=None) -> int:
                                          env={"SANDBOX_PRELOAD": "0"})[0])
 
         tasks = [("import torch", import_torch), ("sandbox -n 4", sandbox_n(4)), ("sandbox -n 8", sandbox_n(8)),
+                 ("sandbox -n 4, one hash seed", sandbox_one_seed),
                  ("torchrun 4", torchrun_4), ("tracer loop", tracer_loop), ("torchrun loop", torchrun_loop),
                  ("hang", hang), ("repro --list", repro_list), ("mismatch", mismatch),
                  ("ddp plain", ddp_plain), ("ddp sandbox -n 4", ddp_sandbox),
@@ -526,6 +534,9 @@ def main(argv=None) -> int:
     r3 = ratio(g("sandbox_8"), g("sandbox_4"))
     row("3. sandbox.run -n 8", g("sandbox_8"), _secs, "sandbox -n 4", g("sandbox_4"), r3,
         "<= 1.3x", None if r3 is None else r3 <= 1.3)
+    r13 = ratio(g("sandbox_4"), g("sandbox_4_one_seed"))
+    row("13. sandbox.run -n 4, 2 hash seeds", g("sandbox_4"), _secs, "one seed", g("sandbox_4_one_seed"), r13,
+        "<= 1.15x", None if r13 is None else r13 <= 1.15)
     r4 = ratio(g("loop_traced"), g("loop_untraced"))
     row("4. all_reduce per call, traced", g("loop_traced"), _us, "untraced", g("loop_untraced"), r4,
         "<= 1.10x", None if r4 is None else r4 <= 1.10)
@@ -580,7 +591,7 @@ def main(argv=None) -> int:
 
     print(f"\nmedians of {K} repeats; samples (s, or us per call):")
     labels = {"import_torch": "import torch", "sandbox_4": "sandbox -n 4", "sandbox_8": "sandbox -n 8",
-              "torchrun_4": "torchrun 4", "loop_traced": "loop traced", "loop_untraced": "loop untraced",
+              "sandbox_4_one_seed": "sandbox -n 4, one seed", "torchrun_4": "torchrun 4", "loop_traced": "loop traced", "loop_untraced": "loop untraced",
               "loop_devnull": "loop /dev/null", "loop_torchrun": "loop torchrun", "hang_detect": "hang detect",
               "hang_return": "hang return", "hang_wall": "hang launch wall", "repro_list": "repro --list",
               "mismatch_detect": "mismatch detect", "mismatch_return": "mismatch return",

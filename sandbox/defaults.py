@@ -10,6 +10,13 @@ import signal
 HANG_AFTER_S = 1.0    # every live rank blocked in calls nobody can complete for this long: a hang
 RUN_TIMEOUT_S = 300.0  # the whole run, whatever it is doing; then the ranks are stopped and the verdict is "timeout"
 PG_TIMEOUT_S = 60.0   # the process group's own timeout (init_process_group(timeout=)) where the sandbox creates it
+# String-hash seeds per run: separate processes (torchrun's workers) each draw their own, so a set of strings can
+# iterate in another order on every rank; forked ranks share their zygote's. The ranks are dealt among this many
+# zygotes (one more interpreter each, importing torch beside the first), each with its own seed, rank r in zygote
+# r % HASH_SEEDS, so neighbouring ranks differ. Not where the run's environment sets PYTHONHASHSEED: then, as under
+# torchrun, every rank has that seed.
+HASH_SEEDS = 2
+HASH_SEEDS_ENV = "SANDBOX_HASH_SEEDS"  # how many a run (or a warm zygote) uses: set by the launcher, read by the zygote
 # Set by the torchrun launcher (sandbox.agents) to its pid: its workers, which torchrun starts in sessions of their
 # own, end themselves when that process is gone (sandbox.trace)
 WATCH_PID_ENV = "SANDBOX_WATCH_PID"

@@ -18,6 +18,8 @@ import sys
 import threading
 import time
 
+from sandbox import defaults
+
 log = logging.getLogger("sandbox.warm")
 
 START_WAIT_S = 120.0  # the first warm run waits for the warm zygote to import torch (seconds, bounded)
@@ -59,6 +61,8 @@ class _Warm:
     def __init__(self, env: dict):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one request, one message
         env = dict(env, SANDBOX_CONTROL_FD=str(theirs.fileno()), SANDBOX_PARENT_PID=str(os.getpid()))
+        # its sibling zygotes, one per further hash seed, serve every later run whatever its number of ranks
+        env[defaults.HASH_SEEDS_ENV] = "1" if env.get("PYTHONHASHSEED") else str(defaults.HASH_SEEDS)
         self.proc = subprocess.Popen([sys.executable, "-m", "sandbox._zygote", "--warm"], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                      env=env, pass_fds=(theirs.fileno(),))

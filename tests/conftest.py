@@ -106,7 +106,8 @@ GRACE_S = 2.0  # how long a process we killed may take to disappear (SIGKILL is 
 
 def _descendants() -> dict:
     """Processes descended from this test process (ranks, zygotes, CLIs), zombies reaped first: pid -> description.
-    This process's warm zygote is not one of them while idle: it serves the whole session (its runs are)."""
+    This process's warm zygote is not one of them while idle, nor its siblings (one per further hash seed): they
+    serve the whole session (their runs are)."""
     me = psutil.Process()
     out = {}
     keep = warm.running()
@@ -114,6 +115,8 @@ def _descendants() -> dict:
         if c.pid == keep:
             continue
         try:
+            if keep is not None and c.ppid() == keep and "--warm-sibling" in c.cmdline():
+                continue
             if c.status() == psutil.STATUS_ZOMBIE:
                 try:
                     os.waitpid(c.pid, os.WNOHANG)

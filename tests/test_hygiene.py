@@ -38,6 +38,13 @@ def _wait_for_ranks(proc, n):
     return wait_for(ranks, "the run to start its ranks", timeout=30)
 
 
+def _cmdline(pid: int) -> list:
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.NoSuchProcess:
+        return []
+
+
 def _listening(pids) -> dict:
     """pid -> the addresses it listens on, for those of `pids` that listen."""
     out: dict = {}
@@ -50,10 +57,14 @@ def _listening(pids) -> dict:
 def _interrupt(sig):
     p = _cli("-n", "3", "--json", "--hang-after", "30", os.path.join(EX, "mismatch.py"))
     pids = _wait_for_ranks(p, 3)
-    # mid-run, every process of it listens (the zygote: the store; each rank: its gloo pairs), on loopback only
+    # mid-run, every process of it listens (the zygote: the store; each rank: its gloo pairs), on loopback only;
+    # but the sibling zygote (the ranks of another hash seed), which only forks and reaps
+    siblings = {q for q in pids if "--sibling" in _cmdline(q)}
+    assert len(siblings) == 1, [_cmdline(q) for q in pids]
+
     def all_listen():
         got = _listening(pids)
-        return got if set(got) == set(pids) else None
+        return got if set(got) == set(pids) - siblings else None
     listening = wait_for(all_listen, "every process of the run to listen", timeout=30)
     addresses = [a for addrs in listening.values() for a in addrs]
     assert all(a.ip == "127.0.0.1" for a in addresses), addresses

@@ -13,11 +13,11 @@ import signal
 import subprocess
 import time
 
-from sandbox import events, rundir
+from sandbox import defaults, events, rundir
 from sandbox import warm as zygotes
 from sandbox._run.options import UsageError
 from sandbox._run.procs import Procs
-from sandbox._run.start import ranks_env
+from sandbox._run.start import hash_seeds, ranks_env
 from sandbox._run.watch import INTERRUPTED
 from sandbox.channel import Channel
 from sandbox.events import RankTrack, Tail
@@ -58,6 +58,9 @@ class ZygoteProcs(Procs):
             self.spec["nodes"] = [dataclasses.asdict(n) for n in life.cluster.nodes]
         env = ranks_env(self.env_extra, self.spec["gpu"], life.dir, life.owns_dir, self.env_unset,
                         nodes=bool(self.spec["nodes"]))
+        if "PYTHONHASHSEED" in (self.spec.get("env") or {}):  # asked for with env=: the zygote's seed (a cold
+            env["PYTHONHASHSEED"] = self.spec["env"]["PYTHONHASHSEED"]  # one; a warm one keeps its own, one for all)
+        env[defaults.HASH_SEEDS_ENV] = hash_seeds(env, life.n)
         spec_path = os.path.join(life.dir, rundir.SPEC)
         with open(spec_path, "wb") as f:  # a file, not a pipe: writing it can never block on the zygote
             pickle.dump(self.spec, f)
@@ -77,8 +80,8 @@ class ZygoteProcs(Procs):
     def _messages(self, wait: float) -> None:
         for msg in self.channel.poll(wait):
             if "pid" in msg and "rank" in msg:
-                self.ranks[msg["rank"]].pid = msg["pid"]
-                if msg["rank"] == self.life.n - 1:
+                self.ranks[msg["rank"]].pid = msg["pid"]  # in the order the zygotes fork them (one per hash seed)
+                if all(t.pid is not None for t in self.ranks.values()):
                     log.info("ranks forked: pids %s", [t.pid for t in self.ranks.values()])
             elif "exit" in msg:
                 t = self.ranks[msg["exit"]]
