@@ -259,7 +259,8 @@ def _set_made(node, assigned: dict, depth: int = 0, name: str | None = None):
                                          and node.func.id in ("set", "frozenset")):
         return node, name
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitOr, ast.BitAnd, ast.Sub, ast.BitXor)):
-        return node, name if (_set_made(node.left, assigned, depth) or _set_made(node.right, assigned, depth)) else None
+        made = _set_made(node.left, assigned, depth) or _set_made(node.right, assigned, depth)
+        return (node, name) if made is not None else None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SET_METHODS:
         return (node, name) if _set_made(node.func.value, assigned, depth) else None
     if depth >= 3:
