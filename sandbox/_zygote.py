@@ -158,8 +158,9 @@ def _serve_siblings(control: socket.socket) -> None:
     run's sibling into the run's process group (pid z1, which the launcher ends with the run)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     me = os.getpid()
+    served = False  # as its warm zygote: the preload waits until the first run is forked, which must not wait for it
     while True:
-        if preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
+        if served and preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
             with _signals_to_main_thread():
                 preload.run()
         try:
@@ -168,7 +169,7 @@ def _serve_siblings(control: socket.socket) -> None:
             continue
         if not msg:
             os._exit(0)
-        req = json.loads(msg)
+        req, served = json.loads(msg), True
         if os.fork() == 0:
             try:
                 os.setpgid(0, req["z1"])

@@ -38,10 +38,17 @@ def _wait_for_ranks(proc, n):
     return wait_for(ranks, "the run to start its ranks", timeout=30)
 
 
+def _ppid(pid: int) -> int:
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.NoSuchProcess:
+        return 0
+
+
 def _cmdline(pid: int) -> list:
     try:
         return psutil.Process(pid).cmdline()
-    except psutil.NoSuchProcess:
+    except psutil.Error:  # gone, or not ours to read
         return []
 
 
@@ -59,7 +66,8 @@ def _interrupt(sig):
     pids = _wait_for_ranks(p, 3)
     # mid-run, every process of it listens (the zygote: the store; each rank: its gloo pairs), on loopback only;
     # but the sibling zygote (the ranks of another hash seed), which only forks and reaps
-    siblings = {q for q in pids if "--sibling" in _cmdline(q)}
+    # (its ranks are its forks: they show its command line too)
+    siblings = {q for q in pids if "--sibling" in _cmdline(q) and "--sibling" not in _cmdline(_ppid(q))}
     assert len(siblings) == 1, [_cmdline(q) for q in pids]
 
     def all_listen():
