@@ -16,7 +16,21 @@ PG_TIMEOUT_S = 60.0   # the process group's own timeout (init_process_group(time
 # r % HASH_SEEDS, so neighbouring ranks differ. Not where the run's environment sets PYTHONHASHSEED: then, as under
 # torchrun, every rank has that seed.
 HASH_SEEDS = 2
-HASH_SEEDS_ENV = "SANDBOX_HASH_SEEDS"  # how many a run (or a warm zygote) uses: set by the launcher, read by the zygote
+# How many a run (or a warm zygote) uses: set in the environment, it overrides HASH_SEEDS (SANDBOX_HASH_SEEDS=1: one
+# seed and one zygote, the cost of a second interpreter saved where hash order is not the question); the launcher
+# passes the number it chose to the zygote in the same variable
+HASH_SEEDS_ENV = "SANDBOX_HASH_SEEDS"
+
+
+def hash_seeds(environ, world_size: int | None = None) -> int:
+    """The number of string-hash seeds for a run of `world_size` ranks (None: a warm zygote, for any run) in this
+    environment: one where PYTHONHASHSEED is set (as torchrun's workers then all have it), else SANDBOX_HASH_SEEDS if
+    set, else HASH_SEEDS; never more than the ranks."""
+    if environ.get("PYTHONHASHSEED"):
+        return 1
+    raw = environ.get(HASH_SEEDS_ENV, "")
+    n = int(raw) if raw.strip().isdigit() and int(raw) >= 1 else HASH_SEEDS
+    return n if world_size is None else max(1, min(n, world_size))
 # Set by the torchrun launcher (sandbox.agents) to its pid: its workers, which torchrun starts in sessions of their
 # own, end themselves when that process is gone (sandbox.trace)
 WATCH_PID_ENV = "SANDBOX_WATCH_PID"

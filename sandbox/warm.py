@@ -62,7 +62,8 @@ class _Warm:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one request, one message
         env = dict(env, SANDBOX_CONTROL_FD=str(theirs.fileno()), SANDBOX_PARENT_PID=str(os.getpid()))
         # its sibling zygotes, one per further hash seed, serve every later run whatever its number of ranks
-        env[defaults.HASH_SEEDS_ENV] = "1" if env.get("PYTHONHASHSEED") else str(defaults.HASH_SEEDS)
+        env[defaults.HASH_SEEDS_ENV] = str(defaults.hash_seeds({**os.environ, "PYTHONHASHSEED": env.get(
+            "PYTHONHASHSEED", "")}))  # this process's choice, not the first run's number (one rank: one seed)
         self.proc = subprocess.Popen([sys.executable, "-m", "sandbox._zygote", "--warm"], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                      env=env, pass_fds=(theirs.fileno(),))

@@ -32,6 +32,10 @@ _SHARED_TMP = os.environ.get("TMPDIR") if os.environ.get("PYTEST_XDIST_WORKER") 
 # costs a fork): what the tests test is the run, not the import. As for a user, SANDBOX_WARM in the environment
 # still decides; the cold path is tested on purpose where it is the subject (warm=False or SANDBOX_WARM=0:
 # test_startup, test_hygiene, test_warm, test_lab). Subprocesses (CLIs, kernels) keep the product's own default.
+# Likewise one string-hash seed per run (one zygote), not the product's two (sandbox.defaults.HASH_SEEDS): a second
+# interpreter per cold run and per kernel cost the suite about a third more CPU, and no test but the seeds' own asks
+# what the hash order is. Those (test_hash_seeds, test_hash_order_cases, test_hygiene's process tree) set it back.
+os.environ.setdefault("SANDBOX_HASH_SEEDS", "1")
 _product_default = warm.default
 warm.default = lambda: _product_default() if "SANDBOX_WARM" in os.environ else True
 
@@ -434,3 +438,14 @@ def run_in_kernel(code: str, timeout: float = 120) -> str:
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def product_seeds():
+    """The product's number of hash seeds for this module's runs (the suite runs with one, above); the worker's warm
+    zygote restarted with it before and after."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("SANDBOX_HASH_SEEDS", raising=False)
+        warm.shutdown()
+        yield
+        warm.shutdown()

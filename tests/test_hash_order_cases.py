@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.usefixtures("product_seeds")
+
 from sandbox import run_script
 
 CASES = os.path.join(os.path.dirname(__file__), "data", "hash_order")

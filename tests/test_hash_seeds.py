@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.usefixtures("product_seeds")
+
 from sandbox import defaults, launch, run_script, warm
 
 NAMES = ["encoder.weight", "encoder.bias", "decoder.weight", "decoder.bias", "head.scale", "embed.table",
@@ -63,3 +65,13 @@ def test_a_set_ordered_script_fails_here_as_under_torchrun_and_passes_with_one_s
     assert res.diagnosis.kind == "collective_mismatch", (res.verdict, res.diagnosis.summary)
     same = run_script(str(script), world_size=2, env={"PYTHONHASHSEED": "0"})
     assert same.ok, same.diagnosis.summary
+
+
+def test_sandbox_hash_seeds_1_gives_every_rank_one_seed_and_the_number_follows_the_environment(monkeypatch, clean):
+    assert [defaults.hash_seeds(e, n) for e, n in (({}, 4), ({}, 1), ({"PYTHONHASHSEED": "7"}, 4),
+                                                    ({"SANDBOX_HASH_SEEDS": "3"}, 4), ({"SANDBOX_HASH_SEEDS": "3"}, 2),
+                                                    ({"SANDBOX_HASH_SEEDS": "0"}, 4), ({}, None))] == [2, 1, 1, 3, 2, 2, 2]
+    monkeypatch.setenv("SANDBOX_HASH_SEEDS", "1")
+    res = launch(_hashes, world_size=4, warm=False)
+    assert res.ok, res.diagnosis.summary
+    assert len({x["hash"] for x in res.values}) == 1

@@ -26,6 +26,7 @@ PROC = os.path.join(ROOT, "tests", "scenarios_proc.py")
 
 def _cli(*args):
     env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("SANDBOX_HASH_SEEDS", None)  # the product's process tree: a sibling zygote per run
     return subprocess.Popen([sys.executable, "-m", "sandbox.run", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
 

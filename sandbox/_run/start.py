@@ -14,12 +14,6 @@ def debug_settings(level: str | None) -> tuple[dict, tuple]:
     return extra, ("TORCH_DISTRIBUTED_DEBUG",) if level is not None and not extra else ()
 
 
-def hash_seeds(env: dict, world_size: int) -> str:
-    """How many string-hash seeds the run's ranks get (`defaults.HASH_SEEDS`): one where PYTHONHASHSEED is set, as
-    torchrun's workers then all have it (a run forked from a warm zygote gets one seed, the warm zygote's own)."""
-    return "1" if env.get("PYTHONHASHSEED") else str(max(1, min(defaults.HASH_SEEDS, world_size)))
-
-
 def ranks_env(env_extra: dict, gpu: bool, run_dir: str, owns_dir: bool, unset: tuple = (),
               nodes: bool = False) -> dict:
     """The zygote's (and so the ranks') environment: ours, with torchrun's choices for several workers per node.

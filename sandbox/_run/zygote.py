@@ -17,7 +17,7 @@ from sandbox import defaults, events, rundir
 from sandbox import warm as zygotes
 from sandbox._run.options import UsageError
 from sandbox._run.procs import Procs
-from sandbox._run.start import hash_seeds, ranks_env
+from sandbox._run.start import ranks_env
 from sandbox._run.watch import INTERRUPTED
 from sandbox.channel import Channel
 from sandbox.events import RankTrack, Tail
@@ -60,7 +60,7 @@ class ZygoteProcs(Procs):
                         nodes=bool(self.spec["nodes"]))
         if "PYTHONHASHSEED" in (self.spec.get("env") or {}):  # asked for with env=: the zygote's seed (a cold
             env["PYTHONHASHSEED"] = self.spec["env"]["PYTHONHASHSEED"]  # one; a warm one keeps its own, one for all)
-        env[defaults.HASH_SEEDS_ENV] = hash_seeds(env, life.n)
+        env[defaults.HASH_SEEDS_ENV] = str(defaults.hash_seeds(env, life.n))
         spec_path = os.path.join(life.dir, rundir.SPEC)
         with open(spec_path, "wb") as f:  # a file, not a pipe: writing it can never block on the zygote
             pickle.dump(self.spec, f)
