@@ -39,15 +39,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(prog="python benchmarks/warm.py", description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=7, metavar="K", help="warm and cold runs each (default 7)")
     a = ap.parse_args()
-    from jupyter_client.manager import start_new_kernel
+    import tempfile
 
-    km, kc = start_new_kernel(kernel_name="python3", env=dict(os.environ, PYTHONPATH=REPO))
+    from jupyter_client import KernelManager
+
+    sys.path.insert(0, os.path.join(REPO, "docs"))
+    from labs_run import over_unix_sockets  # the kernel over Unix sockets: no TCP port to lose to a run's connections
+
     out = []
-    try:
-        reply = kc.execute_interactive(CELL.format(runs=a.runs), timeout=600, output_hook=out.append)
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+    with tempfile.TemporaryDirectory(prefix="sandbox-kernel-") as folder:
+        km = KernelManager(kernel_name="python3", **over_unix_sockets(folder))
+        km.start_kernel(env=dict(os.environ, PYTHONPATH=REPO))
+        kc = km.client()
+        try:
+            kc.start_channels()
+            kc.wait_for_ready(timeout=60)
+            reply = kc.execute_interactive(CELL.format(runs=a.runs), timeout=600, output_hook=out.append)
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
     text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
     if reply["content"]["status"] != "ok" or "RESULT" not in text:
         print("the kernel failed:", reply["content"].get("evalue"), text, file=sys.stderr)

@@ -23,13 +23,27 @@ KERNEL = "dist-sandbox-labs"
 COLUMNS = "110"
 
 _CODE = (
-    "import sys, nbformat\n"
+    "import sys, tempfile, nbformat\n"
     "from nbclient import NotebookClient\n"
-    "src, dest, kernel, cwd, timeout = sys.argv[1:6]\n"
+    "from traitlets.config import Config\n"
+    "src, dest, kernel, cwd, timeout, here = sys.argv[1:7]\n"
+    "sys.path.insert(0, here)\n"
+    "from labs_run import over_unix_sockets\n"
     "nb = nbformat.read(src, as_version=4)\n"
-    "NotebookClient(nb, timeout=int(timeout), kernel_name=kernel, allow_errors=False,\n"
-    "               resources={'metadata': {'path': cwd}}).execute()\n"
+    "with tempfile.TemporaryDirectory(prefix='sandbox-kernel-') as d:\n"
+    "    NotebookClient(nb, timeout=int(timeout), kernel_name=kernel, allow_errors=False,\n"
+    "                   config=Config(KernelManager=over_unix_sockets(d)),\n"
+    "                   resources={'metadata': {'path': cwd}}).execute()\n"
     "nbformat.write(nb, dest)\n")
+
+
+def over_unix_sockets(folder: str) -> dict:
+    """A Jupyter kernel manager's settings that connect it to its kernel over Unix sockets in `folder`, not TCP
+    ports. Over TCP, jupyter_client picks five free ports (binding port 0 and letting go) and the kernel binds them
+    a moment later; in between, any process may take one: a run's ranks open many connections, and a kernel that
+    lost that race dies with "Address already in use" (the client then waits 60 s for it). A Unix socket's name is
+    the kernel's own."""
+    return {"transport": "ipc", "ip": os.path.join(folder, "kernel")}
 
 
 def env() -> dict:
@@ -60,7 +74,8 @@ def execute(path: str, dest: str, jupyter_path: str) -> dict:
     e["JUPYTER_PATH"] = os.pathsep.join(filter(None, [jupyter_path, e.get("JUPYTER_PATH")]))
     t0 = time.monotonic()
     try:
-        p = subprocess.run([sys.executable, "-c", _CODE, path, dest, KERNEL, LABS_DIR, str(CELL_TIMEOUT_S)],
+        p = subprocess.run([sys.executable, "-c", _CODE, path, dest, KERNEL, LABS_DIR, str(CELL_TIMEOUT_S),
+                            os.path.dirname(os.path.abspath(__file__))],
                            cwd=LABS_DIR, env=e, capture_output=True, text=True, timeout=LAB_TIMEOUT_S)
         rc, err = p.returncode, p.stderr
     except subprocess.TimeoutExpired as x:  # the executor's per-cell limit failed to end it: say so, as a failure

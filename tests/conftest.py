@@ -1,4 +1,5 @@
 import atexit
+import contextlib
 import ctypes
 import fcntl
 import glob
@@ -422,22 +423,48 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"checks a machine without GPUs; {gpus} visible"))
 
 
+@contextlib.contextmanager
+def kernel(env: dict, startup_timeout: float = 60):
+    """(km, kc) of a fresh real Jupyter kernel (python3) that sees `env`, connected over Unix sockets
+    (docs/labs_run.py, `over_unix_sockets`: a TCP port picked for a kernel can be taken by a run's connections before
+    the kernel binds it); shut down and its sockets' folder removed on the way out."""
+    from jupyter_client import KernelManager
+
+    with tempfile.TemporaryDirectory(prefix="sandbox-kernel-") as folder:
+        km = KernelManager(kernel_name="python3", **docs_module("labs_run").over_unix_sockets(folder))
+        km.start_kernel(env=env)
+        kc = km.client()
+        try:
+            kc.start_channels()
+            kc.wait_for_ready(timeout=startup_timeout)
+            yield km, kc
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
+
+
+def execute_notebook(nb, path: str, timeout: float, env: dict | None = None):
+    """`nb` executed in place in a fresh real kernel (python3) whose working directory is `path`, over Unix sockets
+    as `kernel` above; raises on any cell that ends in an error."""
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="sandbox-kernel-") as folder:
+        NotebookClient(nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": path}},
+                       config=Config(KernelManager=docs_module("labs_run").over_unix_sockets(folder))).execute(
+                           **({"env": env} if env is not None else {}))
+    return nb
+
+
 def run_in_kernel(code: str, timeout: float = 120) -> str:
     """Execute `code` in a fresh real Jupyter kernel (tests/ and the project importable), shut it down, and return
     what it printed; fails if the cell raised. Skips where the kernel packages are not installed."""
     need(*KERNEL_PACKAGES)
-    from jupyter_client.manager import start_new_kernel
-
-    km, kc = start_new_kernel(kernel_name="python3",
-                              env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.path.dirname(__file__)))
-    try:
+    with kernel(dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.path.dirname(__file__))) as (km, kc):
         out = []
         reply = kc.execute_interactive(code, timeout=timeout, output_hook=out.append)
         assert reply["content"]["status"] == "ok", reply["content"]
         return "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 import scenarios_lab
-from conftest import NOTEBOOK_PACKAGES, ROOT, leftovers, need
+from conftest import NOTEBOOK_PACKAGES, ROOT, execute_notebook, leftovers, need
 
 from sandbox import lab
 
@@ -104,15 +104,13 @@ def test_a_fix_typed_into_a_notebook_cell(tmp_path):
     """The learner's function lives only in the kernel: it reaches the ranks by value; the check is shown as HTML."""
     need(*NOTEBOOK_PACKAGES)
     import nbformat
-    from nbclient import NotebookClient
 
     cells = [FIX_IN_A_CELL, "from sandbox import lab\nc = lab.Lab('gather-uneven').check(my_fix)",
              "print(c.verdict, c.ok)"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     env.pop("SANDBOX_WARM", None)
-    client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
-    client.execute(env=env)
+    execute_notebook(nb, str(tmp_path), timeout=120, env=env)
     html = "".join(o["data"].get("text/html", "") for o in nb.cells[1].outputs if o["output_type"] == "display_data")
     assert "\u2718 Wrong answer" in html and "Rank 0 returned a wrong value" in html, nb.cells[1].outputs
     assert "".join(o.get("text", "") for o in nb.cells[2].outputs).strip() == "wrong False"

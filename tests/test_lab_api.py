@@ -353,17 +353,15 @@ def test_the_api_in_a_notebook(tmp_path):
     predict does not show it twice), the run and its grade, the table of kinds, and a check of a cell's function."""
     import os
 
-    from conftest import NOTEBOOK_PACKAGES, leftovers, need
+    from conftest import NOTEBOOK_PACKAGES, execute_notebook, leftovers, need
 
     need(*NOTEBOOK_PACKAGES)
     import nbformat
-    from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     env.pop("SANDBOX_WARM", None)
-    client = NotebookClient(nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(tmp_path)}})
-    client.execute(env=env)
+    execute_notebook(nb, str(tmp_path), timeout=180, env=env)
 
     def shown(i):
         outs = nb.cells[i].outputs

@@ -12,7 +12,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import KERNEL_PACKAGES, NOTEBOOK_PACKAGES, ROOT, leftovers, need, wait_for
+from conftest import KERNEL_PACKAGES, NOTEBOOK_PACKAGES, ROOT, execute_notebook, kernel, leftovers, need, wait_for
 
 from sandbox import magic, nodes
 from sandbox.result import Diagnosis, RankResult, RunResult
@@ -68,14 +68,12 @@ def no_kernel_left():
 def test_the_magic_in_a_notebook(no_kernel_left):
     need(*NOTEBOOK_PACKAGES)
     import nbformat
-    from nbclient import NotebookClient
 
     cells = ["%load_ext sandbox", HANG, "print(_sandbox.verdict, _sandbox.diagnosis.kind, _sandbox.diagnosis.site)",
              OK, "import matplotlib\nprint(_sandbox.verdict, matplotlib.get_backend())", "%%sandbox -n zero\nprint('never')", "%%sandbox --hang-after -1\npass",
              "%%sandbox --nope\npass"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": ROOT}})
-    client.execute(env=_env())  # raises on any cell that ends in an error (a traceback): none may
+    execute_notebook(nb, ROOT, timeout=120, env=_env())  # raises on any cell that ends in an error: none may
     c = nb.cells
 
     hang = _html(c[1])
@@ -105,7 +103,6 @@ def test_ctrl_c_ends_the_run_and_shows_it(tmp_path, no_kernel_left):
     """The ranks sit in their own code (no hang the sandbox could name); the kernel is interrupted once they all
     started: the run ends, its result is shown with the verdict 'interrupted', and the cell ends without an error."""
     need(*KERNEL_PACKAGES)
-    from jupyter_client.manager import start_new_kernel
 
     marker = tmp_path / "started"
     code = textwrap.dedent(f"""\
@@ -116,8 +113,7 @@ def test_ctrl_c_ends_the_run_and_shows_it(tmp_path, no_kernel_left):
         open(os.path.join({str(tmp_path)!r}, f"started-{{dist.get_rank()}}"), "w").close()
         time.sleep(60)
         """)
-    km, kc = start_new_kernel(kernel_name="python3", env=_env())
-    try:
+    with kernel(_env()) as (km, kc):
         kc.execute_interactive("%load_ext sandbox", timeout=60)
         msg_id = kc.execute(code)
         wait_for(lambda: all(os.path.exists(f"{marker}-{r}") for r in range(2)), "both ranks to start", 60)
@@ -144,9 +140,6 @@ def test_ctrl_c_ends_the_run_and_shows_it(tmp_path, no_kernel_left):
         kc.execute_interactive("print(_sandbox.verdict)", timeout=30,
                                output_hook=lambda m: left.append(m["content"].get("text", "")))
         assert "".join(left).strip() == "interrupted"
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 # ------------------------------------------------------------------------------------------- the HTML, no kernel
