@@ -19,8 +19,9 @@
 6. repro --list: `python -m sandbox.repro --list`, the whole subprocess, vs `python -c "import torch"`
               (listing the catalogue must not import torch)                                goal: <= 0.5x
 7. provable deadlocks: the traces prove no rank can move, so the verdict need not wait `--hang-after` (1 s here):
-              the send/send cycle of part 5, and a collective mismatch (examples/mismatch.py, 4 ranks), measured
-              as part 5 is, from the last rank blocking to detection                      goal: <= 0.2 s
+              the send/send cycle of part 5, a collective mismatch (examples/mismatch.py, 4 ranks) and a cycle
+              across two process groups (3 ranks), measured as part 5 is, from the last rank blocking to
+              detection                                                                   goal: <= 0.2 s
 8. training script: a 3-step DDP script (tiny model, SGD, a DataLoader with a DistributedSampler, backward, step,
               torch.save) as `python -m sandbox.run -n 4`, the whole subprocess, vs the same script as one plain
               process (world size 1); both in every repeat                                goal: <= 1.15x
@@ -208,6 +209,18 @@ def _allreduce_rank() -> int:
     t = torch.ones(4)
     dist.all_reduce(t)
     return int(t[0].item())
+
+
+def _groups_cycle_rank() -> None:
+    """Rank 1 waits in a sub-group's barrier for rank 0, which waits in the world's all_reduce for rank 1 (rank 2
+    waits there too): a cycle across two process groups."""
+    import torch
+    import torch.distributed as dist
+
+    sub = dist.new_group([0, 1])
+    if dist.get_rank() == 1:
+        dist.barrier(group=sub)
+    dist.all_reduce(torch.ones(4))
 
 
 def _sendsend_rank() -> None:
@@ -434,6 +447,11 @@ def main(argv=None) -> int:
             deadlock("mismatch", "collective mismatch", "collective_mismatch",
                      lambda: run_script(MISMATCH, world_size=4, hang_after=1.0, timeout=SUBPROCESS_TIMEOUT))
 
+        def groups_cycle():
+            deadlock("groups_cycle", "cycle across groups", "wait_cycle",
+                     lambda: launch(_groups_cycle_rank, world_size=3, init=True, hang_after=1.0,
+                                    timeout=SUBPROCESS_TIMEOUT))
+
         def nodes_launch(nnodes: int, key: str):
             def go():
                 t0 = time.perf_counter()
@@ -470,6 +488,7 @@ def main(argv=None) -> int:
                  ("sandbox -n 4, one hash seed", sandbox_one_seed),
                  ("torchrun 4", torchrun_4), ("tracer loop", tracer_loop), ("torchrun loop", torchrun_loop),
                  ("hang", hang), ("repro --list", repro_list), ("mismatch", mismatch),
+                 ("cycle across groups", groups_cycle),
                  ("ddp plain", ddp_plain), ("ddp sandbox -n 4", ddp_sandbox),
                  ("ddp sandbox -n 4, no preload", ddp_sandbox_preload), ("loop without the recorder", flight_off_loop)]
         tasks += [(f"framework {n}", framework(n, k)) for n, k in FRAMEWORK]
@@ -555,6 +574,8 @@ def main(argv=None) -> int:
         "<= 0.2 s", None if g("hang_detect") is None else g("hang_detect") <= 0.2)
     row("   collective mismatch: last block -> detection", g("mismatch_detect"), _secs, "", None, None,
         "<= 0.2 s", None if g("mismatch_detect") is None else g("mismatch_detect") <= 0.2)
+    row("   cycle across groups: last block -> detection", g("groups_cycle_detect"), _secs, "", None, None,
+        "<= 0.2 s", None if g("groups_cycle_detect") is None else g("groups_cycle_detect") <= 0.2)
     row("   collective mismatch: last block -> returned", g("mismatch_return"), _secs, "", None, None,
         "", None)
     r8 = ratio(g("ddp_sandbox_4"), g("ddp_plain"))
@@ -595,7 +616,9 @@ def main(argv=None) -> int:
               "loop_devnull": "loop /dev/null", "loop_torchrun": "loop torchrun", "hang_detect": "hang detect",
               "hang_return": "hang return", "hang_wall": "hang launch wall", "repro_list": "repro --list",
               "mismatch_detect": "mismatch detect", "mismatch_return": "mismatch return",
-              "mismatch_wall": "mismatch wall", "ddp_plain": "ddp plain", "ddp_sandbox_4": "ddp sandbox -n 4",
+              "mismatch_wall": "mismatch wall", "groups_cycle_detect": "groups cycle detect",
+              "groups_cycle_return": "groups cycle return", "groups_cycle_wall": "groups cycle wall",
+              "ddp_plain": "ddp plain", "ddp_sandbox_4": "ddp sandbox -n 4",
               "ddp_preload_4": "ddp preload -n 4", "loop_untraced_nofr": "loop no recorder",
               "loop_traced_nofr": "loop traced, no recorder", **{f"fw_{n}": n for n, _ in FRAMEWORK},
               "launch_4": "launch 4, 1 node", "launch_2x2": "launch 2x2 nodes", "long_own": "long, own launcher",

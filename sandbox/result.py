@@ -47,6 +47,7 @@ class Kind(_Words):
     NONE = "none"
     P2P_CYCLE = "p2p_cycle"
     P2P_UNMATCHED = "p2p_unmatched"
+    WAIT_CYCLE = "wait_cycle"
     MISSING_RANKS = "missing_ranks"
     COLLECTIVE_MISMATCH = "collective_mismatch"
     GROUP_MISMATCH = "group_mismatch"
@@ -73,6 +74,8 @@ VERDICT_GLOSSARY = {
 KIND_GLOSSARY = {
     Kind.NONE: "nothing to name: the run finished, or failed in a way no rule recognises",
     Kind.P2P_CYCLE: "point-to-point calls wait on each other in a cycle: each rank sends (or receives) first",
+    Kind.WAIT_CYCLE: "ranks wait on each other in a cycle across different calls (collectives of different process "
+                     "groups, or a collective and a send or recv): they issued those calls in different orders",
     Kind.P2P_UNMATCHED: "a send or recv that nothing will match: its peer is elsewhere, finished, or uses another tag",
     Kind.MISSING_RANKS: "some ranks wait in a call that the others never reach: they are elsewhere, or finished",
     Kind.COLLECTIVE_MISMATCH: "the ranks are in different collectives at the same point (another op, shape, dtype "

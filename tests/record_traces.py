@@ -25,6 +25,7 @@ with socket.socket() as s:
 CASES = {
     "op_mismatch": (scenarios.op_mismatch, 3, ()),
     "missing_rank": (scenarios.missing_rank, 3, ()),
+    "groups_cycle": (scenarios.groups_cycle, 3, ()),
     "exits_early": (scenarios.exits_early, 3, ()),
     "group_lists": (scenarios.group_lists, 3, ()),
     "send_cycle": (scenarios.send_cycle, 2, ()),

@@ -46,14 +46,19 @@ def shape_mismatch():
 
 def missing_rank():
     rank, ws = _init()
+    t = torch.ones(2)
+    if rank == 1:
+        dist.recv(t, src=2)  # waits for a message rank 2 never sends: rank 1 never reaches the all_reduce
+    dist.all_reduce(t)
+
+
+def groups_cycle():
+    rank, ws = _init()
     sub = dist.new_group([0, 1])
     t = torch.ones(2)
-    if rank == 0:
-        dist.all_reduce(t)  # on the world group; rank 1 went elsewhere
-    elif rank == 1:
-        dist.barrier(group=sub)  # waits for rank 0 on the sub-group
-    else:
-        dist.all_reduce(t)
+    if rank == 1:
+        dist.barrier(group=sub)  # waits for rank 0, which waits for it in the world's all_reduce: a cycle
+    dist.all_reduce(t)
 
 
 def exits_early():

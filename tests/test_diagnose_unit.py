@@ -141,18 +141,23 @@ def test_rank_gone_is_missing():
 
 @pytest.mark.parametrize("first", [0, 1])
 def test_the_rank_most_others_wait_for_is_named_whichever_call_began_first(first):
-    """Ranks 0 and 2 wait for rank 1 in an all_reduce; rank 1 waits for rank 0 in a sub-group's barrier. Rank 1 is
-    the one missing, whether rank 0 or rank 1 entered its call first (a recorded run once named rank 0 under load)."""
-    world = {"op": "all_reduce", "gname": "0", "group": [0, 1, 2], "seq": 1, "shapes": [[2]], "dtypes": ["float32"]}
-    sub = {"op": "barrier", "gname": "1", "group": [0, 1], "seq": 1}
+    """Ranks 0 and 2 wait for rank 1 in an all_reduce; rank 1 waits for rank 0 in a sub-group's barrier: a cycle
+    across the two groups, ranks 0 and 1 in it and rank 2 behind it. Rank 1 is the odd one, whether rank 0 or rank 1
+    entered its call first (a recorded run once named rank 0 under load)."""
+    world = {"op": "all_reduce", "gname": "0", "group": [0, 1, 2], "seq": 1, "shapes": [[2]], "dtypes": ["float32"],
+             "site": "job.py:9"}
+    sub = {"op": "barrier", "gname": "1", "group": [0, 1], "seq": 1, "site": "job.py:7"}
     tracks = {}
     for rank, call in ((0, world), (1, sub), (2, world)):
         t = tracks[rank] = RankTrack(rank)
         t.feed({"ev": "hello", "rank": rank, "world_size": 3, "t": 0.0})
-        t.feed({"ev": "enter", "rank": rank, "id": 1, "t": 1.0 if rank == first else 2.0, "site": "job.py:9", **call})
+        t.feed({"ev": "enter", "rank": rank, "id": 1, "t": 1.0 if rank == first else 2.0, **call})
     assert not progress_possible(tracks)
     d = diagnose_hang(tracks)
-    assert (d.kind, d.culprit_ranks, d.op) == ("missing_ranks", [1], "all_reduce"), d.summary
+    assert (d.kind, d.culprit_ranks, d.op) == ("wait_cycle", [1], "barrier"), d.summary
+    assert d.details["cycle"] == [1, 0] and d.details["behind"] == [2], d.details
+    assert ("rank 1 waits in barrier #1 of group [0, 1] at job.py:7 for rank 0, which waits in all_reduce #1"
+            in d.summary), d.summary
 
 
 def test_init_endpoints_disagree():
@@ -221,12 +226,21 @@ def test_a_provable_mismatch_is_named_once_the_traces_settle():
     assert d is not None and d.stop == policy.HANG and "provable" in d.reason
 
 
-def test_a_send_send_cycle_is_provable_but_a_missing_rank_is_not():
+def test_cycles_are_provable_unless_a_send_in_them_may_return_unmatched():
+    """A send/send cycle with nothing posted, and a cycle across groups (rank 1 in a sub-group's barrier waits for
+    rank 0, which waits for it in the world's all_reduce) or through a recv, are certain the moment the last rank
+    blocks. A cycle through a send across groups is not: gloo returns from a send of a small message before its recv
+    is posted, so the sender might still move, and the grace period applies."""
     cycle = {0: _track(0, {"op": "send", "peer": 1}), 1: _track(1, {"op": "send", "peer": 0})}
     assert provable_deadlock(cycle)
-    tracks, _ = _load("missing_rank")
-    for t in tracks.values():
-        t.exit_code, t.ended_by_sandbox = None, False
+    for name in ("groups_cycle", "missing_rank"):  # missing_rank: rank 1 in a recv from rank 2, which waits for it
+        tracks, _ = _load(name)
+        for t in tracks.values():
+            t.exit_code, t.ended_by_sandbox = None, False
+        assert not progress_possible(tracks) and provable_deadlock(tracks), name
+    sub = {"op": "send", "peer": 1, "gname": "1", "group": [0, 1]}
+    world = {**AR, "group": [0, 1, 2]}
+    tracks = {0: _track(0, sub), 1: _track(1, world), 2: _track(2, world)}
     assert not progress_possible(tracks) and not provable_deadlock(tracks)
     for t in tracks.values():
         if t.pending:
@@ -237,6 +251,7 @@ def test_a_send_send_cycle_is_provable_but_a_missing_rank_is_not():
             _blocked_at(t, 98.9)
     d = _decide(tracks, quiet_s=1.1)
     assert d.stop == policy.HANG and d.blocked_s == pytest.approx(1.1)
+    assert diagnose_hang(tracks).kind == "wait_cycle"
 
 
 def test_a_rank_whose_stuck_send_raised_as_the_sandbox_ended_a_peer_was_hung_in_it():

@@ -18,6 +18,7 @@ CASES = [
     # fn, world size, verdict, kind, culprits
     (scenarios.op_mismatch, 3, "hang", "collective_mismatch", [1]),
     (scenarios.missing_rank, 3, "hang", "missing_ranks", [1]),
+    (scenarios.groups_cycle, 3, "hang", "wait_cycle", [1]),
     (scenarios.exits_early, 3, "error", "missing_ranks", [2]),
     (scenarios.group_order, 3, None, "group_mismatch", [0]),
     (scenarios.group_lists, 3, "hang", "group_mismatch", [0]),

@@ -14,6 +14,7 @@ from sandbox.diagnose.__main__ import load_result
 TRACES = os.path.join(ROOT, "tests", "traces")
 
 LIVE = [(scenarios.op_mismatch, 3), (scenarios.send_cycle, 2), (scenarios.missing_rank, 3),
+        (scenarios.groups_cycle, 3),
         (scenarios.exit_code, 3), (scenarios.exit_code_while_a_peer_waits, 3), (scenarios.raises, 3),
         (scenarios.ok_sum, 2)]
 

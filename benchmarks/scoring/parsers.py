@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 # the sandbox's kinds (API notes, section 2): its diagnosis of a failed run, and its contract warnings
 SANDBOX_DIAGNOSES = {"collective_mismatch": "mismatch", "missing_ranks": "missing_ranks", "p2p_cycle": "p2p_cycle",
+                     "wait_cycle": "p2p_cycle",  # a cycle of blocking calls across groups: the corpus labels it so
                      "p2p_unmatched": "p2p_unmatched",
                      "group_mismatch": "groups", "init_mismatch": "init", "uneven_steps": "uneven_steps",
                      "unused_parameters": "unused_parameters", "model_differs": "model_differs",

@@ -12,7 +12,7 @@ from sandbox.result import Kind
 from sandbox.track import RankTrack
 
 _KINDS = {Kind.COLLECTIVE_MISMATCH, Kind.MISSING_RANKS, Kind.RANK_ERROR, Kind.RANK_CRASHED, Kind.P2P_CYCLE,
-          Kind.P2P_UNMATCHED, Kind.NONE}
+          Kind.P2P_UNMATCHED, Kind.WAIT_CYCLE, Kind.NONE}
 
 
 def _sites(diagnosis, tracks: dict[int, RankTrack]) -> list[str]:

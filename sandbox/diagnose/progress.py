@@ -93,8 +93,9 @@ def progress_possible(tracks: dict[int, RankTrack]) -> bool:
 
 def provable_deadlock(tracks: dict[int, RankTrack]) -> bool:
     """Is the deadlock certain from the traces alone, with no grace period needed? True when (a) every member of a
-    group has entered the same call #k of it and the calls cannot pair, or (b) blocking point-to-point calls form
-    a cycle with nothing posted that could match them. Call only when `progress_possible` is False."""
+    group has entered the same call #k of it and the calls cannot pair, (b) blocking point-to-point calls form
+    a cycle with nothing posted that could match them, or (c) the wait-for graph (diagnose/waitfor.py) has a cycle
+    through calls none of which can return before the ranks it waits for arrive. Call only when `progress_possible` is False."""
     live = {r: t for r, t in tracks.items() if not t.finished}
     pend = {r: t.pending for r, t in live.items() if t.pending is not None}
     if len(pend) < len(live) or any(t.inflight for t in live.values()):
@@ -108,7 +109,13 @@ def provable_deadlock(tracks: dict[int, RankTrack]) -> bool:
         if set(members) == set(group) and calls.disagreements(members, calls.PAIR):
             return True
     cycle = p2p_cycle(pend)
-    return cycle is not None and not any(live[r].posted for r in cycle)
+    if cycle is not None and not any(live[r].posted for r in cycle):
+        return True
+    from sandbox.diagnose import waitfor  # it builds on this module's rules
+
+    waits = waitfor.graph(tracks, pend)
+    ring = waitfor.cycle(tracks, waits)  # (c) a cycle of waits across calls that cannot return unmatched
+    return ring is not None and waitfor.certain(waits, ring) and not any(live[r].posted for r in ring)
 
 
 def p2p_cycle(pend: dict[int, dict]) -> list[int] | None:
