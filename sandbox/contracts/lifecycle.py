@@ -8,6 +8,7 @@ from sandbox import calls
 from sandbox.calls import SENDS, op_of
 from sandbox.contracts.arguments import explain_arguments
 from sandbox.contracts.order import explain_order
+from sandbox.contracts.threads import explain_thread
 from sandbox.contracts.base import ContractWarning, ended_ok, said, where
 from sandbox.events import RankTrack
 from sandbox.result import Kind
@@ -64,6 +65,9 @@ def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTr
     ordered = explain_order(diagnosis, tracks)
     if ordered is not None:
         return ordered
+    threaded = explain_thread(diagnosis, tracks)
+    if threaded is not None:
+        return threaded
     for w in warnings:
         words = (_explain_device(w, diagnosis, tracks) if w.kind == "object_device" else
                  _explain_left_send(w, tracks) if w.kind == "async_unwaited" else None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -50,15 +51,20 @@ def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | N
     `wait` repeats them). Writing the line is the last thing it does."""
     frame = describe.user_frame(2)
     code = frame.f_code if frame is not None else None
+    thread = threading.get_ident()
+    if thread == threading.main_thread().ident:
+        thread = None  # the usual case: a call from another thread says which (below), the main thread's do not
     hit = key = None
     if spec.cacheable:
         # the call site by the id of its code object (hashing the code itself costs more than the rest of the key);
         # the cached entry holds the code object, so that id cannot be reused while the entry exists
         key = (spec.name, id(code), frame.f_lineno if frame is not None else None, tuple([_key(a) for a in args]),
-               _key(tuple(kwargs.items())) if kwargs else None)
+               _key(tuple(kwargs.items())) if kwargs else None, thread)
         hit = static_cache.get(key)
     if hit is None:
         static = describe.describe(spec, args, kwargs, frame)
+        if thread is not None:
+            static["thread"] = threading.current_thread().name
         if static.get("async") and _by_torch(sys._getframe(2)):
             # made by torch's own code (Join's shadow all_reduce, DDP's hooks), which waits on the Work in C++,
             # where no wait can be seen: not the user's request to wait on
