@@ -283,7 +283,9 @@ def hash_order(site: str | None) -> dict | None:
     """The loop around the call at `site` iterates a set (`_set_made`): its order follows the process's string-hash
     seed when the set holds strings, and separate processes (torchrun's workers) each draw their own, so the ranks
     make the loop's calls in different orders. {"loop": site of the `for`, "iter": its iterable as written,
-    "made": site of the expression that made the set}; None if the call is in no such loop."""
+    "made": site of the expression that made the set}; else, when an argument of the call holds a value made while
+    iterating a set, {"value", "iter", "set", "made"}, or made by the built-in `hash()` of something that is not a
+    constant (seeded alike for strings), {"value", "hash", "made"}; None if none of these."""
     frames = site_frame(site)
     parsed = _tree(frames[0][0]) if frames else None
     if parsed is None:
@@ -322,4 +324,8 @@ def hash_order(site: str | None) -> dict | None:
                 if made is not None:
                     return {"value": name, "iter": ast.unparse(value.generators[0].iter),
                             "set": made[1] or ast.unparse(made[0]), "made": f"{shown_path(path)}:{value.lineno}"}
+                hashed = next((x for x in ast.walk(value) if isinstance(x, ast.Call) and isinstance(x.func, ast.Name)
+                               and x.func.id == "hash" and x.args and not isinstance(x.args[0], ast.Constant)), None)
+                if hashed is not None:  # `owner = {n: hash(n) % world ...}`: the built-in hash of a string is seeded
+                    return {"value": name, "hash": ast.unparse(hashed), "made": f"{shown_path(path)}:{value.lineno}"}
     return None

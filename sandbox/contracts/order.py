@@ -24,23 +24,35 @@ def _sites(diagnosis, tracks: dict[int, RankTrack]) -> list[str]:
 
 
 def explain_order(diagnosis, tracks: dict[int, RankTrack]):
-    """The diagnosis with a note naming the loop over a set its calls stand in, and details["order"]; None if none."""
+    """The diagnosis with a note naming the loop over a set its calls stand in (or the value a set's order or a
+    string's hash made), and details["order"]; None if none. Every rank of the group is then a culprit: none is the
+    odd one, each followed its own process's seed."""
     if diagnosis.kind not in _KINDS or "order" in diagnosis.details:
         return None
     for site in _sites(diagnosis, tracks):
         found = branches.hash_order(site)
-        if found is not None and "value" in found:
+        if found is not None and "hash" in found:
+            note = (f"The call at {site} takes `{found['value']}`, made at {found['made']} from `{found['hash']}`:"
+                    f" Python's hash of a string follows its process's string-hash seed, and every rank's process"
+                    f" has its own (as each of torchrun's workers does), so the ranks disagree on it. Use a hash that"
+                    f" is the same in every process (zlib.crc32 of the name's bytes), or set PYTHONHASHSEED for every"
+                    f" rank.")
+        elif found is not None and "value" in found:
             note = (f"The call at {site} takes `{found['value']}`, made at {found['made']} while iterating"
                     f" `{found['iter']}` in the order of the set `{found['set']}`: holding strings, a set iterates in"
                     f" the order of its process's string-hash seed, and every rank's process has its own (as each of"
                     f" torchrun's workers does), so the ranks disagree on it. Iterate `sorted({found['set']})`, or"
                     f" set PYTHONHASHSEED for every rank.")
-            return replace(diagnosis.noted(note), details={**diagnosis.details, "order": found})
-        if found is not None:
+        elif found is not None:
             note = (f"The call at {site} is made in the loop at {found['loop']} over `{found['iter']}`, in the order"
                     f" of the set `{found['set']}` (made at {found['made']}): holding strings, a set iterates in the"
                     f" order of its process's string-hash seed, and every rank's process has its own (as each of"
                     f" torchrun's workers does), so the ranks make these calls in different orders. Iterate"
                     f" `sorted({found['set']})`, or set PYTHONHASHSEED for every rank.")
-            return replace(diagnosis.noted(note), details={**diagnosis.details, "order": found})
+        else:
+            continue
+        # no rank is the odd one: each took the order (or the value) of its own seed
+        everyone = sorted(r for r in tracks if not diagnosis.group or r in diagnosis.group)
+        return replace(diagnosis.noted(note), culprit_ranks=everyone or diagnosis.culprit_ranks,
+                       details={**diagnosis.details, "order": found})
     return None

@@ -10,7 +10,7 @@ import re
 
 from sandbox import _paths, branches, words
 from sandbox.calls import is_collective, op_of, p2p_direction
-from sandbox.diagnose import framework, hosts, origins, waitfor
+from sandbox.diagnose import framework, hosts, origins, progress
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -74,18 +74,18 @@ WAIT_CYCLE_ADVICE = (" Issue them in one order on every rank, computed the same 
 
 
 def wait_cycle(tracks, pend) -> Diagnosis | None:
-    """A cycle in the wait-for graph (diagnose/waitfor.py) across process groups, one of its calls a collective:
+    """A cycle in the wait-for graph (diagnose/progress.py) across process groups, one of its calls a collective:
     ranks blocked in different groups' collectives (or a collective and a point-to-point call of another group),
     each waiting for a rank that waits in another of them. Pure point-to-point cycles are `p2p`'s; a cycle within
     one group (ranks at calls of different numbers) is said by the mismatch rules or `missing`. The culprits are
     the ranks of the cycle that left the path most ranks are on (`_diverged`), else every rank of the cycle."""
-    waits = waitfor.graph(tracks, pend)
-    ring = waitfor.cycle(tracks, waits)
+    waits = progress.graph(tracks, pend)
+    ring = progress.find_cycle(tracks, waits)
     if ring is None:
         return None
-    if len({waits[r].call.get("gname") for r in ring}) < 2 or not any(is_collective(waits[r].call) for r in ring):
+    if not progress.across_groups(waits, ring):
         return None  # within one group, the calls' order is its sequence: a mismatch, or ranks missing from a call
-    held = waitfor.behind(waits, ring)
+    held = progress.behind(waits, ring)
     odd = _diverged(tracks, waits, ring, held)
     culprits = odd or sorted(ring)
     start = ring.index(culprits[0])
@@ -93,7 +93,7 @@ def wait_cycle(tracks, pend) -> Diagnosis | None:
     said = _group_words([waits[r].call for r in ring + held])
     steps = ", ".join(f"{'rank ' + str(r) if i == 0 else 'which'} waits in {said(waits[r].call)} at"
                       f" {waits[r].call.get('site')} for rank {ring[(i + 1) % len(ring)]}" for i, r in enumerate(ring))
-    ids = {r: waitfor.identity(waits[r]) for r in ring + held}
+    ids = {r: progress.identity(waits[r]) for r in ring + held}
     camps: dict = {}
     for r in held:
         camps.setdefault(ids[r], []).append(r)

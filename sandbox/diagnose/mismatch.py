@@ -127,6 +127,9 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
         skipped = None if branch else _skipped(members, culprits, tracks, gname, seq)
         if skipped is not None:
             return skipped
+        if branch is None and what != ["splits"]:  # no branch says who went off: the one whose call only it makes
+            culprits = _off_path(camps, members, tracks) or culprits
+            ex = members[culprits[0]]
         done = sorted(r for r in members if tracks.get(r) is not None and tracks[r].passed.get((gname, seq)))
         if what == ["splits"]:  # only the ranks that received a wrong amount hold wrong data
             done = [r for r in done if r in {b for _, b, _, _ in calls.split_pairs(members)}]
@@ -147,6 +150,23 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
                                   "differs_in": what, **({"wrong_data": done} if wrong else {}),
                                   **({"branch": {k: v for k, v in branch.items() if k != "words"}} if branch else {})})
     return None
+
+
+def _off_path(camps: list[list[int]], members: dict[int, dict], tracks) -> list[int] | None:
+    """Among the smallest camps, when several are as small (two ranks of two, two of four), the one whose call the
+    other camps' ranks never made, before this call or at it: a call only some ranks make (a callback or hook
+    registered on them, a thread of theirs), off the path the others walk, where the others' call is one it made too.
+    None unless exactly one camp is so."""
+    small = min(len(rs) for rs in camps)
+    if sum(len(rs) == small for rs in camps) < 2:
+        return None
+
+    def made(r: int, site) -> bool:
+        t = tracks.get(r)
+        return t is not None and any(ev.get("ev") == "enter" and ev.get("site") == site for ev in t.events)
+    off = [rs for rs in camps if not any(made(m, members[rs[0]].get("site")) for other in camps if other is not rs
+                                         for m in other)]
+    return sorted(off[0]) if len(off) == 1 and len(off[0]) == small else None
 
 
 def _skipped(members: dict[int, dict], culprits: list[int], tracks, gname, seq: int) -> Diagnosis | None:
