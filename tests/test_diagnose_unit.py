@@ -573,3 +573,20 @@ def test_a_ddp_rank_past_its_last_step_is_not_hung_in_a_call_its_recorder_still_
     assert view[1].pending["seq"] == 3 and view[1].pending["lens"] == "flight"
     d = policy.decide(view, 9.0, elapsed=9.0, quiet_s=5.0, failed_since=None, settings=S)
     assert d is not None and d.stop == policy.HANG
+
+
+def test_of_two_camps_as_large_the_one_making_a_call_the_others_never_made_is_named():
+    """A callback registered on rank 0 only all_reduces between two steps: at call #2 rank 0 is in the callback's
+    all_reduce (a line rank 1 never reached) and rank 1 in the next step's (a line rank 0 made as call #1). Rank 0
+    went off the common path, whatever its number; with no such call, the old tie rule stands."""
+    step = {**AR, "shapes": [[8]], "site": "job.py:20"}
+    for odd in (0, 1):
+        tracks = {r: RankTrack(r) for r in (0, 1)}
+        for r, t in tracks.items():
+            t.feed({"ev": "hello", "rank": r, "world_size": 2, "t": 0.0})
+            t.feed({"ev": "enter", "rank": r, "id": 1, "t": 1.0, **step})
+            _done(t, 1)
+            second = {**AR, "shapes": [[1]], "site": "job.py:9"} if r == odd else step
+            t.feed({"ev": "enter", "rank": r, "id": 2, "t": 10.0, **second, "seq": 2})
+        d = diagnose_hang(tracks)
+        assert (d.kind, d.culprit_ranks, d.site) == ("collective_mismatch", [odd], "job.py:9"), d.summary

@@ -43,3 +43,20 @@ def test_a_call_in_a_sets_order_is_found_with_the_set_to_sort(tmp_path, body, th
 ])
 def test_an_order_that_is_the_same_in_every_process_is_not_called_a_sets(tmp_path, body):
     assert _found(tmp_path, body) is None
+
+
+@pytest.mark.parametrize("body, value", [
+    ("owner = {n: hash(n) % world for n in names}\nfor n in names:\n    dist.broadcast(t, src=owner[n])\n", "owner"),
+    ("root = abs(hash(model_name)) % 4\ndist.broadcast(t, src=root)\n", "root"),
+])
+def test_a_value_made_by_the_builtin_hash_of_a_name_is_found(tmp_path, body, value):
+    found = _found(tmp_path, body)
+    assert found is not None and found["value"] == value and found["hash"].startswith("hash("), found
+
+
+@pytest.mark.parametrize("body", [
+    "root = hash(7) % 4\ndist.broadcast(t, src=root)\n",          # a constant: the same in every process
+    "root = zlib.crc32(name.encode()) % 4\ndist.broadcast(t, src=root)\n",
+])
+def test_a_hash_of_a_constant_or_a_stable_hash_is_not(tmp_path, body):
+    assert _found(tmp_path, body) is None
