@@ -119,8 +119,10 @@ def source_line(site: str | None) -> str | None:
 def branch_using(paths: list[str], attrs: list[str], *, rank_dependent: bool = True) -> dict | None:
     """An `if` in these files whose body (or else) uses one of these attributes (`self.extra`): {"test", "site",
     "attrs"}, the first in file order; None if there is none. How a forward that skips a layer on some ranks is
-    found from the names of the parameters that got no gradient. rank_dependent=True: only an `if` whose test reads
-    the rank; False: any (`if image is not None:` before `self.vision(image)`, a branch on the data)."""
+    found from the names of the parameters that got no gradient. Also an `if` whose body is a `continue` in a loop
+    over one of them (LayerDrop, stochastic depth: `for block in self.blocks: if drop: continue`), with "skips":
+    the loop's site. rank_dependent=True: only an `if` whose test reads the rank; False: any (`if image is not
+    None:` before `self.vision(image)`, a branch on the data or on a random draw)."""
     want = set(attrs)
     for shown in paths:
         path = _paths.resolve(shown)
@@ -128,6 +130,7 @@ def branch_using(paths: list[str], attrs: list[str], *, rank_dependent: bool = T
         if parsed is None:  # a site we cannot read (a notebook cell, a deleted file): no branch there
             continue
         tree, src = parsed
+        loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor))]
         for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.If)), key=lambda n: n.lineno):
             test = ast.get_source_segment(src, node.test) or ""
             if rank_dependent and not RANKISH.search(test):
@@ -136,6 +139,15 @@ def branch_using(paths: list[str], attrs: list[str], *, rank_dependent: bool = T
                            if isinstance(a, ast.Attribute) and a.attr in want})
             if used:
                 return {"test": " ".join(test.split()), "site": f"{shown_path(path)}:{node.lineno}", "attrs": used}
+            # `for block in self.blocks: if drop: continue`: the `continue` skips this round's use of the module
+            if any(isinstance(s, ast.Continue) for s in node.body):
+                around = max((lp for lp in loops if lp.lineno < node.lineno <= (lp.end_lineno or lp.lineno)),
+                             key=lambda lp: lp.lineno, default=None)
+                used = sorted({a.attr for a in ast.walk(around.iter) if isinstance(a, ast.Attribute)
+                               and a.attr in want}) if around is not None else []
+                if used:
+                    return {"test": " ".join(test.split()), "site": f"{shown_path(path)}:{node.lineno}",
+                            "attrs": used, "skips": f"{shown_path(path)}:{around.lineno}"}
     return None
 
 

@@ -321,6 +321,27 @@ def test_branch_using_finds_the_rank_dependent_if_or_any(tmp_path):
     assert not branches.function_uses(f"{tmp_path / 'missing.py'}:3", "x")
 
 
+def test_branch_using_finds_an_if_that_skips_a_module_list_by_continue(tmp_path):
+    """LayerDrop (stochastic depth): a random draw skips a block of `self.blocks` with `continue`; the blocks are
+    named by their attribute in the loop's iterable, not in the `if`'s body."""
+    src = tmp_path / "model.py"
+    src.write_text(textwrap.dedent("""\
+        class M:
+            def forward(self, x):
+                for block in self.blocks:
+                    if self.training and torch.rand(1).item() < self.p:
+                        continue
+                    x = x + block(x)
+                for layer in self.layers:
+                    if layer is None:
+                        break
+                return x
+        """))
+    got = branches.branch_using([str(src)], ["blocks"], rank_dependent=False)
+    assert got is not None and got["site"].endswith("model.py:4") and got["skips"].endswith("model.py:3"), got
+    assert branches.branch_using([str(src)], ["layers"], rank_dependent=False) is None  # a `break`, not a skip
+
+
 def test_a_branch_on_a_value_computed_from_the_rank_is_not_told_to_sync_it(clean):
     """No sync makes a rank-derived value equal: its advice is to take the collective out of the branch."""
     from sandbox import launch

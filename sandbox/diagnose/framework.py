@@ -198,6 +198,8 @@ def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
         cause += (f" {words.ranks(sorted(waited)).capitalize()} all_reduced the bucket ({words.call(p)} at"
                   f" {p.get('site')}) and waited for ranks that never would.")
     used = ", ".join("self." + a for a in branch["attrs"]) if branch else ""
+    if branch and branch.get("skips"):
+        used = f"{used} (its `continue` skips them in the loop at {branch['skips']})"
     if branch and branches.RANKISH.search(branch["test"]):
         cause += f" The forward differs by rank: `if {branch['test']}:` at {branch['site']} uses {used} on some ranks only."
     elif branch:  # a test on the data: it came out one way on some ranks, the other way on the rest
