@@ -355,3 +355,42 @@ def test_a_branch_on_a_value_computed_from_the_rank_is_not_told_to_sync_it(clean
     d = launch(skip_on_zero, world_size=3, init=True).diagnosis
     assert "(it was computed from the rank)" in d.summary, d.summary
     assert origins.RANK_ADVICE in d.summary and origins.ADVICE not in d.summary, d.summary
+
+
+def test_a_loop_over_a_container_an_if_on_the_ranks_data_fills_is_found(tmp_path):
+    """`for name, v in metrics.items(): dist.all_reduce(v)` runs once more on the ranks whose random draw added a
+    key: origins.loop_filled names the loop, the container, the statement that filled it and the `if` (with what
+    its condition reads); a container filled alike on every rank (a step count, unconditionally) is not named."""
+    src = tmp_path / "job.py"
+    src.write_text(textwrap.dedent("""\
+        import random
+        import torch.distributed as dist
+        def step(loss, x, s, loader):
+            metrics = {"loss": loss}
+            if random.random() >= 0.3:
+                metrics["grad_norm"] = x
+            for name, value in metrics.items():
+                dist.all_reduce(value)
+            logs = [loss]
+            if s % 10 == 0:
+                logs.append(x)
+            for v in logs:
+                dist.all_reduce(v)
+            extra = []
+            batch = next(loader)
+            if batch.sum() > 0:
+                extra.append(x)
+            for v in enumerate(extra):
+                dist.all_reduce(v)
+        """))
+    import ast
+
+    tree = ast.parse(src.read_text())
+    got = origins.loop_filled(tree, str(src), 8)
+    assert got is not None and (got["container"], got["test"], got["reads"]) == (
+        "metrics", "random.random() >= 0.3", ["random.random()"]), got
+    assert got["site"].endswith("job.py:5") and got["loop"].endswith("job.py:7") and got["filled"].endswith(":6")
+    assert got.get("random") and "drawn from this rank's own random generator" in origins.because(got)
+    assert origins.loop_filled(tree, str(src), 13) is None  # `s % 10`: the same step on every rank
+    got = origins.loop_filled(tree, str(src), 19)
+    assert got is not None and (got["container"], got["reads"]) == ("extra", ["batch"]) and "random" not in got

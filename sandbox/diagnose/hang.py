@@ -206,8 +206,14 @@ def missing(tracks, pend) -> Diagnosis | None:
         elsewhere = {str(m): words.where(tracks[m]) if m in tracks else "never started" for m in absent}
         detail = "; ".join(f"rank {m} is {w}" for m, w in elsewhere.items())
         b = _data_branch(tracks, same, absent, p)
-        because = (f" {words.ranks(same).capitalize()} reached it {branches.through(b)}{origins.because(b)}."
-                   f" {origins.advice(b)}" if b else "")
+        if b is not None and "loop" in b:  # the call is in a loop whose rounds an `if` on the rank's data adds
+            because = (f" {words.ranks(same).capitalize()} made it in the loop at {b['loop']} over"
+                       f" `{b['container']}`, which has more rounds on some ranks: `{b['container']}` gets an item at"
+                       f" {b['filled']} under `if {b['test']}:` at {b['site']}{origins.because(b)}."
+                       f" {origins.advice(b)}")
+        else:
+            because = (f" {words.ranks(same).capitalize()} reached it {branches.through(b)}{origins.because(b)}."
+                       f" {origins.advice(b)}" if b else "")
         return Diagnosis(kind=Kind.MISSING_RANKS,
                          cause=f"{words.ranks(same).capitalize()} {'waits' if len(same) == 1 else 'wait'} in {words.call(p)} at"
                          f" {p.get('site')}, but {words.ranks(absent)} never"
@@ -227,7 +233,7 @@ def _data_branch(tracks, same: list[int], absent: list[int], p: dict) -> dict | 
     that never arrives ran and is not waiting under that same `if` (so it went the other way). None under a
     rank-dependent `if`: the words for that one are the mismatch rule's, not said here."""
     frames = _frames(tracks.get(same[0]), p)
-    b = None if branches.rank_branch(frames) else origins.data_branch(frames)
+    b = None if branches.rank_branch(frames) else (origins.data_branch(frames) or origins.loop_branch(frames))
     if b is None or any(m not in tracks or not tracks[m].events for m in absent):
         return None  # a rank that never ran (or made no call) did not take the branch's other way: it never got there
     for m in absent:

@@ -31,6 +31,9 @@ PURE = frozenset("int float bool str len abs min max round sum sorted tuple list
                  " log2 device dtype".split())
 # collectives after which every rank holds the same value in the tensor (or list) passed first: `sandbox.calls`'s
 SYNCS = SYNCED
+# a draw from a random generator (Python's, NumPy's, torch's)
+RANDOM = re.compile(r"(^|\.)(random|rand|randn|randint|randrange|randperm|choice|choices|sample|shuffle|uniform|"
+                    r"normal|bernoulli|multinomial|poisson|binomial)$")
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith, ast.Match)
 ADVICE = ("A value that decides which collectives a rank calls must be the same on every rank: sync it first"
@@ -66,8 +69,10 @@ def data_branch(frames: list[tuple[str, int]]) -> dict | None:
             found = varying(tree, node)
             if found:
                 test = " ".join((ast.get_source_segment(src, node.test) or "").split())
+                sources = set().union(*found.values())
                 return {"test": test, "site": f"{shown_path(path)}:{node.lineno}", "taken": taken,
-                        "reads": list(found), "source": "data" if "data" in set().union(*found.values()) else "rank"}
+                        "reads": list(found), "source": "data" if sources & {"data", "random"} else "rank",
+                        **({"random": True} if "random" in sources else {})}
     return None
 
 
@@ -121,28 +126,96 @@ def _broken_loop(tree: ast.AST, node: ast.If) -> ast.AST | None:
 def varying(tree: ast.AST, node: ast.If) -> dict[str, set[str]]:
     """The names this `if`'s condition reads whose values can differ between ranks, in the order read, each with
     where it comes from ({"data"}, {"rank"} or both); empty when the condition comes out alike on every rank (or
-    the source does not show otherwise)."""
+    the source does not show otherwise). A draw from a random generator in the condition itself (`random.random()
+    < p`) counts, as {"random"}: each rank's generator is its own (seeded per rank, or not at all)."""
     out: dict[str, set[str]] = {}
     for n in ast.walk(node.test):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in out:
             got = _name(tree, n.id, node, set(), 0) & {"data", "rank"}
             if got:
                 out[n.id] = got
+        elif isinstance(n, ast.Call) and RANDOM.search(ast.unparse(n.func)):
+            out.setdefault(ast.unparse(n), {"random"})
     return dict(sorted(out.items(), key=lambda kv: _first_read(node.test, kv[0])))
+
+
+def loop_filled(tree: ast.AST, path: str, line: int) -> dict | None:
+    """The loop around `line` runs once per item of a container (`for k, v in metrics.items()`) that an `if` with a
+    condition that can differ between ranks fills, earlier in the same function (`if draw: metrics["x"] = ...`):
+    so the loop, and the calls in it, run a different number of times on different ranks. data_branch's dict for
+    that `if`, with "loop" (its site), "container" and "filled" (the site of the statement that adds to it)."""
+    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor)) and n.body
+             and n.body[0].lineno <= line <= (n.end_lineno or n.lineno)]
+    for loop in sorted(loops, key=lambda n: -n.lineno):
+        it = loop.iter
+        while isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in ("enumerate", "list",
+                                                                                           "sorted", "reversed") \
+                and it.args:
+            it = it.args[0]
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys",
+                                                                                               "values"):
+            it = it.func.value
+        if not isinstance(it, ast.Name):
+            continue
+        scope = _scope(tree, loop)
+        parents = _parent_map(tree)
+        for n in ast.walk(scope):
+            if getattr(n, "lineno", loop.lineno) >= loop.lineno or not _adds_to(n, it.id):
+                continue
+            up = parents.get(n)
+            while up is not None and up is not scope and not isinstance(up, ast.If):
+                up = parents.get(up)
+            if isinstance(up, ast.If):
+                found = varying(tree, up)
+                if found:
+                    taken = "if" if any(n is b or n in ast.walk(b) for b in up.body) else "else"
+                    test = " ".join((ast.unparse(up.test)).split())
+                    sources = set().union(*found.values())
+                    return {"test": test, "site": f"{shown_path(path)}:{up.lineno}", "taken": taken,
+                            "reads": list(found), "source": "data" if sources & {"data", "random"} else "rank",
+                            **({"random": True} if "random" in sources else {}),
+                            "loop": f"{shown_path(path)}:{loop.lineno}",
+                            "container": it.id, "filled": f"{shown_path(path)}:{n.lineno}"}
+    return None
+
+
+def loop_branch(frames: list[tuple[str, int]]) -> dict | None:
+    """`loop_filled` for the first of these frames (innermost first) that has such a loop."""
+    for path, line in frames:
+        parsed = branches.parsed_source(path)
+        if parsed is not None:
+            found = loop_filled(parsed[0], path, line)
+            if found is not None:
+                return found
+    return None
+
+
+def _adds_to(n: ast.AST, name: str) -> bool:
+    """Does this statement add an item to the container `name` (`name[k] = v`, `name.append(v)`, ...)?"""
+    if isinstance(n, (ast.Assign, ast.AugAssign)):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+        return any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name
+                   for t in targets) or (isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)
+                                         and n.target.id == name)
+    return (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
+            and isinstance(n.value.func.value, ast.Name) and n.value.func.value.id == name
+            and n.value.func.attr in ("append", "extend", "update", "add", "insert", "setdefault"))
 
 
 def because(b: dict) -> str:
     """', whose condition reads sent_tokens, a value that differs between ranks (it was read from this rank's own
     data)': why a data-dependent `if` came out differently on different ranks."""
     names = b["reads"]
-    where = "read from this rank's own data" if b["source"] == "data" else "computed from the rank"
+    where = ("drawn from this rank's own random generator" if b.get("random") else
+             "read from this rank's own data" if b["source"] == "data" else "computed from the rank")
     if len(names) == 1:
         return f", whose condition reads {names[0]}, a value that differs between ranks (it was {where})"
     return f", whose condition reads {listed(names)}, values that can differ between ranks ({where})"
 
 
 def _first_read(test: ast.AST, name: str) -> tuple[int, int]:
-    return min((n.lineno, n.col_offset) for n in ast.walk(test) if isinstance(n, ast.Name) and n.id == name)
+    return min(((n.lineno, n.col_offset) for n in ast.walk(test) if (isinstance(n, ast.Name) and n.id == name)
+                or (isinstance(n, ast.Call) and ast.unparse(n) == name)), default=(0, 0))
 
 
 def _parent_map(tree: ast.AST) -> dict[ast.AST, ast.AST]:
