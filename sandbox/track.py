@@ -51,6 +51,7 @@ class RankTrack:
         self.object_devices: list[dict] = []     # object collectives whose objects held tensors: call, sent, got
         self.ddp: list[dict] = []                # the `ddp` events: DistributedDataParallel constructions
         self.notes: list[dict] = []              # the `note` events' fields: facts the rank's code recorded
+        self.written: list[dict] = []            # `written` events: isends whose tensor was written before the wait
         # recent point-to-point ops in the order this rank posted them: (direction, peer, tag, number, entered,
         # blocking, site), `number` counting the ops of that (direction, peer, tag) from the start: the n-th send
         # from a to b with a tag is matched by b's n-th recv from a with that tag
@@ -109,6 +110,8 @@ class RankTrack:
                         self.posted[start["id"]] = start
         elif kind == "hello":
             self.hello = ev
+        elif kind == "written" and len(self.written) < MAX_NOTES:
+            self.written.append(ev)
         elif kind == "note" and len(self.notes) < MAX_NOTES:
             self.notes.append(ev.get("fields") or {})
         elif kind == "ddp" and len(self.ddp) < 100:

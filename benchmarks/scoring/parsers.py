@@ -23,7 +23,8 @@ SANDBOX_DIAGNOSES = {"collective_mismatch": "mismatch", "missing_ranks": "missin
 SANDBOX_WARNINGS = {"collective_differs": "mismatch", "call_count": "missing_ranks", "send_cycle": "p2p_cycle",
                     "p2p_unmatched": "p2p_unmatched", "async_unwaited": "unwaited", "group_mismatch": "groups",
                     "object_device": "object_device", "not_destroyed": "not_destroyed",
-                    "group_member": "groups", "group_rank": "groups", "any_source": "p2p_unmatched"}
+                    "group_member": "groups", "group_rank": "groups", "any_source": "p2p_unmatched",
+                    "buffer_written": "unwaited"}
 
 # torchrun (plain or DETAIL): a line holding one of these names that cause
 TORCHRUN_MESSAGES = [

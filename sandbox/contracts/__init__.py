@@ -9,9 +9,9 @@ failure already explains; what its finished calls broke is still said.
 
 `breaches(tracks)` lists them; `explain(diagnosis, warnings, tracks)` notes in a failed run's diagnosis the
 warning that explains it. The rules live by family: `collectives` (the same calls, as many, the same groups),
-`p2p` (sends meet recvs, no send cycle, requests waited on), `lifecycle` (devices inside objects, the group
-destroyed, and `explain`), `arguments` (what torch reads a group, a root or a missing src as); `base` holds
-the warning type and the rules in words.
+`p2p` (sends meet recvs, no send cycle, requests waited on, isend tensors left alone until then), `lifecycle`
+(devices inside objects, the group destroyed, and `explain`), `arguments` (what torch reads a group, a root or a
+missing src as); `base` holds the warning type and the rules in words.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sandbox.contracts.arguments import any_source, group_member
 from sandbox.contracts.base import RULES, ContractWarning
 from sandbox.contracts.collectives import call_counts, collectives_differ, completed, groups_differ
 from sandbox.contracts.lifecycle import explain, not_destroyed, object_devices
-from sandbox.contracts.p2p import async_unwaited, p2p_unmatched, send_cycles
+from sandbox.contracts.p2p import async_unwaited, buffer_written, p2p_unmatched, send_cycles
 from sandbox.events import RankTrack
 
 __all__ = ["RULES", "ContractWarning", "breaches", "explain"]
@@ -30,5 +30,5 @@ def breaches(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     tracks = dict(sorted(tracks.items()))
     done = {r: completed(t) for r, t in tracks.items()}
     return (collectives_differ(done) + groups_differ(tracks) + p2p_unmatched(tracks) + send_cycles(tracks)
-            + async_unwaited(tracks) + call_counts(tracks) + object_devices(tracks) + not_destroyed(tracks)
-            + group_member(tracks) + any_source(tracks))
+            + async_unwaited(tracks) + buffer_written(tracks) + call_counts(tracks) + object_devices(tracks)
+            + not_destroyed(tracks) + group_member(tracks) + any_source(tracks))

@@ -34,6 +34,9 @@ RULES = {
                   "different processes.",
     "any_source": "A recv without src takes the first message from any rank: where several ranks send to it, name "
                   "the sender, or the message of one lands in the buffer meant for another.",
+    "buffer_written": "The tensor of an isend (or a batch_isend_irecv send) is read when the transfer happens, not "
+                      "when it is posted: do not write it before the request's wait() returns (send a fresh tensor, "
+                      "or wait first).",
     "not_destroyed": "Call dist.destroy_process_group() before the process exits (PyTorch warns about it from 2.4 "
                      "on; NCCL may hang or leak at exit without it).",
 }

@@ -70,12 +70,24 @@ def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTr
         return threaded
     for w in warnings:
         words = (_explain_device(w, diagnosis, tracks) if w.kind == "object_device" else
-                 _explain_left_send(w, tracks) if w.kind == "async_unwaited" else None)
-        if words:  # the rank that left its isend behind is the one to fix, not the receiver that failed
-            culprits = w.ranks if w.kind == "async_unwaited" else diagnosis.culprit_ranks
+                 _explain_left_send(w, tracks) if w.kind == "async_unwaited" else
+                 _explain_written(w, diagnosis) if w.kind == "buffer_written" else None)
+        if words:  # the rank that left its isend behind (or wrote its tensor early) is the one to fix, not the
+            # receiver that failed
+            culprits = w.ranks if w.kind in ("async_unwaited", "buffer_written") else diagnosis.culprit_ranks
             return replace(diagnosis.noted(words), culprit_ranks=culprits,
                            details={**diagnosis.details, "contract": w.kind})
     return diagnosis
+
+
+def _explain_written(w: ContractWarning, diagnosis) -> str | None:
+    """A receiver that failed (its own check of what it got, or anything downstream of it) after its sender wrote
+    the isend's tensor before waiting: the sender's write is the cause."""
+    failed = set(diagnosis.culprit_ranks) & set(w.details.get("peers") or ())
+    if not failed or diagnosis.kind not in (Kind.RANK_ERROR, Kind.RANK_CRASHED, Kind.NONE):
+        return None
+    return (f"{w.summary} Rank {w.ranks[0]}, the sender, is the rank to fix: a fresh tensor per isend, or wait"
+            f" before writing it.")
 
 
 def _unlike_entered(diagnosis, tracks: dict[int, RankTrack]) -> ContractWarning | None:

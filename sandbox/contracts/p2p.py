@@ -1,5 +1,5 @@
-"""Contracts of point-to-point calls: every send meets its recv, blocking sends never wait on each other, and every
-asynchronous request is waited on."""
+"""Contracts of point-to-point calls: every send meets its recv, blocking sends never wait on each other, every
+asynchronous request is waited on, and an isend's tensor is not written before its wait."""
 from __future__ import annotations
 
 import bisect
@@ -8,6 +8,7 @@ from collections import Counter
 from sandbox.calls import RECVS, SENDS
 from sandbox.contracts.base import ContractWarning, ended_ok, where
 from sandbox.events import RankTrack
+from sandbox.words import ranks as ranks_words
 
 def p2p_unmatched(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     sent: dict[tuple[int, int], Counter] = {}
@@ -93,6 +94,27 @@ def _send_cycle(ta: RankTrack, tb: RankTrack, a: int, b: int) -> tuple[str, str]
             if hit is not None and hit[0] < b_recv_k:
                 return site_a or "?", hit[1] or "?"
     return None
+
+
+def buffer_written(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    """Isends whose tensor the sending rank wrote in place before waiting on them (the tracer's `written` events):
+    the receiver may have got the later value. One warning per rank and call site."""
+    out = []
+    for r, t in sorted(tracks.items()):
+        seen: dict[str, list[dict]] = {}
+        for ev in t.written:
+            seen.setdefault(ev.get("site") or "?", []).append(ev)
+        for site, evs in seen.items():
+            peers = sorted({ev["peer"] for ev in evs if ev.get("peer") is not None})
+            to = f" to {ranks_words(peers)}" if peers else ""
+            times = f" ({len(evs)} times)" if len(evs) > 1 else ""
+            out.append(ContractWarning(
+                "buffer_written", f"Rank {r} wrote the tensor of its {evs[0].get('op', 'isend')}{to} at {site} before"
+                                  f" waiting on it at {evs[0].get('wait_site')}{times}: the transfer reads the tensor"
+                                  f" when it happens, so {ranks_words(peers) if peers else 'the receiver'} may have"
+                                  f" received the later value.",
+                [r], op=evs[0].get("op"), sites={r: site}, details={"peers": peers, "count": len(evs)}))
+    return out
 
 
 def async_unwaited(tracks: dict[int, RankTrack]) -> list[ContractWarning]:

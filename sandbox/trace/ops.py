@@ -66,6 +66,7 @@ def _wrap_wait(orig):
         if hit is None or hit[0] is not self:
             return orig(self, *args, **kwargs)
         try:
+            record.written_before_wait(hit[1])
             call_id = record.enter_wait(hit[1])
         except Exception as e:  # noqa: BLE001  the tracer must never break the user's wait: it runs untraced
             call_id = None

@@ -110,6 +110,15 @@ def enter_wait(of: dict) -> int:
     return call_id
 
 
+def written_before_wait(of: dict) -> None:
+    """Say so (a `written` event) when the tensor of the isend `of` was written in place since it was posted: the
+    backend reads it when the transfer happens, so the peer may get the later value."""
+    sent = of.get("_sent")
+    if sent is not None and sent[0]._version != sent[1]:
+        sink.emit({"ev": "written", "rank": sink.rank, "of_id": of["id"], "op": of["op"], "peer": of.get("peer"),
+                   "site": of.get("site"), "wait_site": describe.site(describe.user_frame(1))[0], "t": time.time()})
+
+
 def _remember_work(work, ev) -> None:
     if len(outstanding) >= _MAX_OUTSTANDING:  # never waited on: forget the oldest rather than grow forever
         outstanding.pop(next(iter(outstanding)))
@@ -151,10 +160,18 @@ def returned(spec: describe.Spec, call_id: int, ev: dict | None, args: tuple, kw
         works = out if isinstance(out, list) else [out]
         for i, w in enumerate(works):
             sub = dict(ev)
+            sent = spec.arg(args, kwargs, spec.op.data) if name == "isend" else None
             if name == "batch_isend_irecv" and i < len(ev.get("p2p", [])):
                 sub["op"] = ev["p2p"][i]["op"]
                 sub["peer"] = ev["p2p"][i]["peer"]
                 sub["idx"] = i
+                ops = args[0] if args else kwargs.get("p2p_op_list") or ()
+                if sub["op"] == "isend" and i < len(ops):
+                    sent = getattr(ops[i], "tensor", None)
+            if isinstance(sent, torch.Tensor) and not ev.get("internal"):
+                # the tensor an isend reads when the transfer happens, and its version (bumped by every write in
+                # place): a write before the wait is seen at the wait (sandbox/trace/ops.py)
+                sub["_sent"] = (sent, sent._version)
             _remember_work(w, sub)
     w, sink.tls.work = sink.tls.work, None  # the Work a synchronous call waited on (NCCL: returns early)
     on_gpu = spec.op.data is None or inflight.on_cuda(spec.arg(args, kwargs, spec.op.data))
