@@ -291,6 +291,30 @@ def _set_made(node, assigned: dict, depth: int = 0, name: str | None = None):
     return None
 
 
+def _hash_made(node, assigned: dict, funcs: dict, depth: int = 0):
+    """The built-in `hash()` of something not constant (a string's is seeded per process) that made the value of
+    `node`: in the expression itself, in what a name of it was assigned in this file, or in the body of a function
+    of this file it calls (`owner_of(name)`, `assign_buckets(model)`); the `hash(...)` call node, or None."""
+    for x in ast.walk(node):
+        if isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id == "hash" and x.args \
+                and not isinstance(x.args[0], ast.Constant):
+            return x
+    if depth >= 3:
+        return None
+    for x in ast.walk(node):
+        if isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id in funcs:
+            found = _hash_made(funcs[x.func.id], {}, {}, 3)
+            if found is not None:
+                return found
+        if isinstance(x, (ast.Name, ast.Attribute)) and not isinstance(getattr(x, "ctx", None), ast.Store):
+            for value in assigned.get(ast.unparse(x), ()):
+                if value is not node:
+                    found = _hash_made(value, assigned, funcs, depth + 1)
+                    if found is not None:
+                        return found
+    return None
+
+
 def hash_order(site: str | None) -> dict | None:
     """The loop around the call at `site` iterates a set (`_set_made`): its order follows the process's string-hash
     seed when the set holds strings, and separate processes (torchrun's workers) each draw their own, so the ranks
@@ -321,11 +345,16 @@ def hash_order(site: str | None) -> dict | None:
         elif isinstance(n, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)) \
                 and n.lineno <= line <= (n.end_lineno or n.lineno):
             loops += [(n.lineno, g.iter) for g in n.generators]
+    funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for at, it in sorted(loops, key=lambda x: -x[0]):  # the innermost first
         made = _set_made(it, assigned)
         if made is not None:
             return {"loop": f"{shown_path(path)}:{at}", "iter": ast.unparse(it), "set": made[1] or ast.unparse(it),
                     "made": f"{shown_path(path)}:{made[0].lineno}"}
+        hashed = _hash_made(it, assigned, funcs)
+        if hashed is not None:  # what the loop walks was laid out by a string's hash (buckets[hash(name) % n])
+            return {"loop": f"{shown_path(path)}:{at}", "iter": ast.unparse(it), "hash": ast.unparse(hashed),
+                    "made": f"{shown_path(path)}:{hashed.lineno}"}
     # not in such a loop: an argument of the call holds a value made from a set's order (an owner rank, a src)
     call = next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or 0)
                  and isinstance(n.func, ast.Attribute)), None)
@@ -336,8 +365,7 @@ def hash_order(site: str | None) -> dict | None:
                 if made is not None:
                     return {"value": name, "iter": ast.unparse(value.generators[0].iter),
                             "set": made[1] or ast.unparse(made[0]), "made": f"{shown_path(path)}:{value.lineno}"}
-                hashed = next((x for x in ast.walk(value) if isinstance(x, ast.Call) and isinstance(x.func, ast.Name)
-                               and x.func.id == "hash" and x.args and not isinstance(x.args[0], ast.Constant)), None)
+                hashed = _hash_made(value, assigned, funcs)
                 if hashed is not None:  # `owner = {n: hash(n) % world ...}`: the built-in hash of a string is seeded
                     return {"value": name, "hash": ast.unparse(hashed), "made": f"{shown_path(path)}:{value.lineno}"}
     return None

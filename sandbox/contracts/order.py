@@ -31,7 +31,13 @@ def explain_order(diagnosis, tracks: dict[int, RankTrack]):
         return None
     for site in _sites(diagnosis, tracks):
         found = branches.hash_order(site)
-        if found is not None and "hash" in found:
+        if found is not None and "hash" in found and "loop" in found:
+            note = (f"The call at {site} is made in the loop at {found['loop']} over `{found['iter']}`, laid out by"
+                    f" `{found['hash']}` at {found['made']}: Python's hash of a string follows its process's"
+                    f" string-hash seed, and every rank's process has its own (as each of torchrun's workers does), so"
+                    f" the ranks' loops walk different things. Use a hash that is the same in every process"
+                    f" (zlib.crc32 of the name's bytes), or set PYTHONHASHSEED for every rank.")
+        elif found is not None and "hash" in found:
             note = (f"The call at {site} takes `{found['value']}`, made at {found['made']} from `{found['hash']}`:"
                     f" Python's hash of a string follows its process's string-hash seed, and every rank's process"
                     f" has its own (as each of torchrun's workers does), so the ranks disagree on it. Use a hash that"

@@ -179,7 +179,8 @@ def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
     others = sorted(set(tracks) - set(raised))
     first = min(raised)
     unused = names.get(first) or []
-    attrs = sorted({n.split(".")[0] for n in unused})
+    # every module on the parameters' paths (moe.experts.1.0.weight: moe, experts): the `if` may skip any of them
+    attrs = sorted({part for n in unused for part in n.split(".")[:-1] if not part.isdigit()})
     files = sorted({ev["site"].rpartition(":")[0] for t in tracks.values() for ev in t.events + t.ddp
                     if isinstance(ev.get("site"), str) and ":" in ev["site"]})
     branch = (branches.branch_using(files, attrs) or branches.branch_using(files, attrs, rank_dependent=False)
@@ -212,6 +213,8 @@ def unused_parameters(tracks: dict[int, RankTrack]) -> Diagnosis | None:
     # the odd ones: the few ranks whose forward used the parameters, or the few where it skipped them; on a tie,
     # the ranks that used them (their shard is the one that differs, as in a dataset sorted by source)
     odd = others if others and len(others) <= len(raised) else sorted(raised)
+    if branch and branch.get("skips"):  # the ranks that took its `continue` skipped them: they went off
+        odd = sorted(raised)
     return Diagnosis(kind=Kind.UNUSED_PARAMETERS, cause=cause, culprit_ranks=odd,
                      site=branch["site"] if branch else e.get("site"),
                      details={"unused": {str(r): ns for r, ns in sorted(names.items())},

@@ -208,8 +208,8 @@ def missing(tracks, pend) -> Diagnosis | None:
         b = _data_branch(tracks, same, absent, p)
         if b is not None and "loop" in b:  # the call is in a loop whose rounds an `if` on the rank's data adds
             because = (f" {words.ranks(same).capitalize()} made it in the loop at {b['loop']} over"
-                       f" `{b['container']}`, which has more rounds on some ranks: `{b['container']}` gets an item at"
-                       f" {b['filled']} under `if {b['test']}:` at {b['site']}{origins.because(b)}."
+                       f" `{b['container']}`, which has more rounds on some ranks: {origins.filled_words(b)}"
+                       f"{origins.because(b)}."
                        f" {origins.advice(b)}")
         else:
             because = (f" {words.ranks(same).capitalize()} reached it {branches.through(b)}{origins.because(b)}."

@@ -238,8 +238,9 @@ def rank_branch_of(camps: list[list[int]], members: dict[int, dict], tracks: dic
     """Ranks that disagree at one call, one camp of them having got there through an `if` that differs by rank
     (read from a hung rank's stack, else from the call's site): on the rank itself (`if rank == 0:`), else on a
     value the rank read from its own data (`if sent_tokens == 0:`, origins.data_branch); or having left a loop the
-    others are still in through an `if` on such a value (`if done: break`, origins.data_break): that branch, and a
-    sentence saying so."""
+    others are still in through an `if` on such a value (`if done: break`, origins.data_break); or, with no such
+    `if`, making the call in a loop over a container that such an `if` filled (origins.loop_branch): that branch,
+    and a sentence saying so."""
     def frames(r):
         t = tracks.get(r)
         return (branches.stack_frames(t.stack if t is not None else None)
@@ -278,4 +279,13 @@ def rank_branch_of(camps: list[list[int]], members: dict[int, dict], tracks: dic
             b["words"] += (f"{origins.because(b)}; {words.ranks(others)} {rest}, so {words.ranks(rs)}"
                            f" made {words.a(op_of(p))} that {words.ranks(others)} did not.")
         return b
+    for rs in sorted(camps, key=len):  # no `if` around the call: a loop around it with more rounds on some ranks
+        b = origins.loop_branch(frames(rs[0]))
+        if b is not None:
+            p = members[rs[0]]
+            b["ranks"] = sorted(rs)
+            b["words"] = (f"{words.ranks(rs).capitalize()} made {words.signature(p)} at {p.get('site')} in the loop"
+                          f" at {b['loop']} over `{b['container']}`, which has more rounds on some ranks:"
+                          f" {origins.filled_words(b)}{origins.because(b)}.")
+            return b
     return None

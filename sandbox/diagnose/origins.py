@@ -143,7 +143,8 @@ def loop_filled(tree: ast.AST, path: str, line: int) -> dict | None:
     """The loop around `line` runs once per item of a container (`for k, v in metrics.items()`) that an `if` with a
     condition that can differ between ranks fills, earlier in the same function (`if draw: metrics["x"] = ...`):
     so the loop, and the calls in it, run a different number of times on different ranks. data_branch's dict for
-    that `if`, with "loop" (its site), "container" and "filled" (the site of the statement that adds to it)."""
+    the first such `if`, with "loop" (its site), "container", "filled" (the site of the statement that adds to it),
+    and "fills": every such `if` and statement (which of them came out differently is the run's to say)."""
     loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor)) and n.body
              and n.body[0].lineno <= line <= (n.end_lineno or n.lineno)]
     for loop in sorted(loops, key=lambda n: -n.lineno):
@@ -159,24 +160,35 @@ def loop_filled(tree: ast.AST, path: str, line: int) -> dict | None:
             continue
         scope = _scope(tree, loop)
         parents = _parent_map(tree)
-        for n in ast.walk(scope):
+        fills = []
+        for n in sorted(ast.walk(scope), key=lambda n: getattr(n, "lineno", 0)):
             if getattr(n, "lineno", loop.lineno) >= loop.lineno or not _adds_to(n, it.id):
                 continue
             up = parents.get(n)
             while up is not None and up is not scope and not isinstance(up, ast.If):
                 up = parents.get(up)
-            if isinstance(up, ast.If):
-                found = varying(tree, up)
-                if found:
-                    taken = "if" if any(n is b or n in ast.walk(b) for b in up.body) else "else"
-                    test = " ".join((ast.unparse(up.test)).split())
-                    sources = set().union(*found.values())
-                    return {"test": test, "site": f"{shown_path(path)}:{up.lineno}", "taken": taken,
-                            "reads": list(found), "source": "data" if sources & {"data", "random"} else "rank",
-                            **({"random": True} if "random" in sources else {}),
-                            "loop": f"{shown_path(path)}:{loop.lineno}",
-                            "container": it.id, "filled": f"{shown_path(path)}:{n.lineno}"}
+            found = varying(tree, up) if isinstance(up, ast.If) else None
+            if found:
+                fills.append((up, n, found))
+        if fills:
+            up, n, found = fills[0]
+            taken = "if" if any(n is b or n in ast.walk(b) for b in up.body) else "else"
+            sources = set().union(*(f for _, _, got in fills for f in got.values()))
+            return {"test": " ".join(ast.unparse(up.test).split()), "site": f"{shown_path(path)}:{up.lineno}",
+                    "taken": taken, "reads": list(dict.fromkeys(r for _, _, got in fills for r in got)),
+                    "source": "data" if sources & {"data", "random"} else "rank",
+                    **({"random": True} if "random" in sources else {}),
+                    "loop": f"{shown_path(path)}:{loop.lineno}", "container": it.id,
+                    "filled": f"{shown_path(path)}:{n.lineno}",
+                    "fills": [{"test": " ".join(ast.unparse(u.test).split()), "site": f"{shown_path(path)}:{u.lineno}",
+                               "filled": f"{shown_path(path)}:{m.lineno}"} for u, m, _ in fills]}
     return None
+
+
+def filled_words(b: dict) -> str:
+    """'`metrics` gets an item at job.py:6 under `if draw < p:` at job.py:5' (and each further such `if`)."""
+    return "; ".join(f"`{b['container']}` gets an item at {f['filled']} under `if {f['test']}:` at {f['site']}"
+                     for f in b.get("fills") or [b])
 
 
 def loop_branch(frames: list[tuple[str, int]]) -> dict | None:
