@@ -151,6 +151,47 @@ def branch_using(paths: list[str], attrs: list[str], *, rank_dependent: bool = T
     return None
 
 
+def registered_where(site: str | None) -> dict | None:
+    """The call at `site` is made by a function, or a method of a class, that the program hands over (registers as a
+    hook or callback, appends to a list of plugins, builds as an object) only under a rank-dependent condition
+    (`if rank == 0: callbacks.append(Monitor())`, `logger = Logger() if is_main else NullLogger()`): so only those
+    ranks ever make it. {"what": the function or class, "func": the function holding the call, "site": where it
+    is handed over, "test": the condition, "if_site"}; None if there is no such thing in the call's file."""
+    frames = site_frame(site)
+    parsed = _tree(frames[0][0]) if frames else None
+    if parsed is None:
+        return None
+    tree, src = parsed
+    path, line = frames[0]
+    parent = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    holders = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+               and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    func = max((n for n in holders if not isinstance(n, ast.ClassDef)), key=lambda n: n.lineno, default=None)
+    if func is None:
+        return None
+    klass = parent.get(func)
+    names = [func.name] + ([klass.name] if isinstance(klass, ast.ClassDef) else [])
+    for n in sorted(ast.walk(tree), key=lambda n: getattr(n, "lineno", 0)):
+        used = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
+        if used not in names or not isinstance(getattr(n, "ctx", None), ast.Load) or n.lineno == func.lineno:
+            continue
+        if func.lineno <= n.lineno <= (func.end_lineno or func.lineno):
+            continue  # a use inside the function itself (a recursive call, self.method)
+        up = parent.get(n)
+        while up is not None and not isinstance(up, (ast.If, ast.IfExp, ast.FunctionDef, ast.AsyncFunctionDef)):
+            up = parent.get(up)
+        if isinstance(up, (ast.If, ast.IfExp)):
+            test = " ".join((ast.get_source_segment(src, up.test) or "").split())
+            if RANKISH.search(test):
+                stmt = n
+                while parent.get(stmt) is not None and not isinstance(stmt, ast.stmt):
+                    stmt = parent[stmt]
+                return {"what": used, "func": func.name, "site": f"{shown_path(path)}:{n.lineno}",
+                        "handed": " ".join((ast.get_source_segment(src, stmt) or "").split())[:120],
+                        "test": test, "if_site": f"{shown_path(path)}:{up.lineno}"}
+    return None
+
+
 def function_uses(site: str | None, text: str) -> bool:
     """Does the innermost function holding this site (the whole file outside any) contain this text
     (".no_sync(": the user's training loop accumulates gradients)? False when the file cannot be read."""
@@ -367,5 +408,6 @@ def hash_order(site: str | None) -> dict | None:
                             "set": made[1] or ast.unparse(made[0]), "made": f"{shown_path(path)}:{value.lineno}"}
                 hashed = _hash_made(value, assigned, funcs)
                 if hashed is not None:  # `owner = {n: hash(n) % world ...}`: the built-in hash of a string is seeded
-                    return {"value": name, "hash": ast.unparse(hashed), "made": f"{shown_path(path)}:{value.lineno}"}
+                    return {"value": name, "hash": ast.unparse(hashed), "made": f"{shown_path(path)}:{value.lineno}",
+                            "hash_at": f"{shown_path(path)}:{hashed.lineno}"}
     return None

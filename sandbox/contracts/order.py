@@ -38,7 +38,8 @@ def explain_order(diagnosis, tracks: dict[int, RankTrack]):
                     f" the ranks' loops walk different things. Use a hash that is the same in every process"
                     f" (zlib.crc32 of the name's bytes), or set PYTHONHASHSEED for every rank.")
         elif found is not None and "hash" in found:
-            note = (f"The call at {site} takes `{found['value']}`, made at {found['made']} from `{found['hash']}`:"
+            at = f" at {found['hash_at']}" if found.get("hash_at", found["made"]) != found["made"] else ""
+            note = (f"The call at {site} takes `{found['value']}`, made at {found['made']} from `{found['hash']}`{at}:"
                     f" Python's hash of a string follows its process's string-hash seed, and every rank's process"
                     f" has its own (as each of torchrun's workers does), so the ranks disagree on it. Use a hash that"
                     f" is the same in every process (zlib.crc32 of the name's bytes), or set PYTHONHASHSEED for every"

@@ -127,8 +127,14 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
         skipped = None if branch else _skipped(members, culprits, tracks, gname, seq)
         if skipped is not None:
             return skipped
+        handed = None
         if branch is None and what != ["splits"]:  # no branch says who went off: the one whose call only it makes
             culprits = _off_path(camps, members, tracks) or culprits
+            for rs in sorted(camps, key=lambda rs: (rs != culprits, len(rs))):
+                handed = branches.registered_where(members[rs[0]].get("site"))
+                if handed is not None:  # a callback, hook or object that only some ranks were given
+                    culprits = sorted(rs)
+                    break
             ex = members[culprits[0]]
         done = sorted(r for r in members if tracks.get(r) is not None and tracks[r].passed.get((gname, seq)))
         if what == ["splits"]:  # only the ranks that received a wrong amount hold wrong data
@@ -143,13 +149,26 @@ def bucket_mismatch(tracks, pend: dict[int, dict]) -> Diagnosis | None:
         return Diagnosis(kind=Kind.COLLECTIVE_MISMATCH,
                          cause=f"Collective mismatch at call #{seq} of group {ex.get('group')}: " + "; ".join(parts) +
                          f". {_rule(what)}"
-                         + (f" {branch['words']}" if branch else "") + wrong
+                         + (f" {branch['words']}" if branch else "") + _handed_words(handed, culprits, members)
+                         + wrong
                          + (f" {origins.advice(branch)}" if branch and "reads" in branch else ""),
                          culprit_ranks=culprits, op=op_of(ex), group=ex.get("group"), seq=seq, site=ex.get("site"),
                          details={"calls": {str(r): words.call(p) for r, p in sorted(members.items())},
                                   "differs_in": what, **({"wrong_data": done} if wrong else {}),
                                   **({"branch": {k: v for k, v in branch.items() if k != "words"}} if branch else {})})
     return None
+
+
+def _handed_words(h: dict | None, culprits: list[int], members: dict[int, dict]) -> str:
+    """Where the odd ranks' call comes from when only they were given what makes it (branches.registered_where)."""
+    if h is None:
+        return ""
+    p = members[culprits[0]]
+    maker = f"`{h['func']}` of `{h['what']}`" if h["func"] != h["what"] else f"`{h['what']}`"
+    return (f" {words.ranks(culprits).capitalize()}'s {op_of(p)} at {p.get('site')} is made by {maker}, which the"
+            f" program hands over only under `if {h['test']}:` at {h['if_site']} (`{h['handed']}` at {h['site']}):"
+            f" the other ranks never make that call. Give every rank the same callbacks, hooks and plugins, or keep"
+            f" their collectives out of the training group (a group of their own, made on every rank).")
 
 
 def _off_path(camps: list[list[int]], members: dict[int, dict], tracks) -> list[int] | None:
