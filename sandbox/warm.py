@@ -55,6 +55,41 @@ def cold(env: dict, log_path: str) -> Handle:
     return Handle(p.pid, p.stdout.fileno(), p.stdout.close, p.poll)
 
 
+_keeper: tuple | None = None  # (thread, queue of (function, future)) that starts the warm zygote off the main thread
+_keeper_lock = threading.Lock()
+
+
+def _from_a_lasting_thread(start):
+    """`start()` run in a thread that lasts as long as this process, and its result. The warm zygote dies with its
+    parent by PR_SET_PDEATHSIG, which Linux sends when the *thread* that started it ends, not the process: a warm
+    zygote started by a worker thread of a pool (a launch() from a thread) died with that thread, and the next
+    warm run found its socket reset. The main thread lasts; any other hands the start to a thread that does."""
+    global _keeper
+    if threading.current_thread() is threading.main_thread():
+        return start()
+    import concurrent.futures
+    import queue
+
+    with _keeper_lock:
+        if _keeper is None or not _keeper[0].is_alive():
+            todo: queue.SimpleQueue = queue.SimpleQueue()
+
+            def serve():
+                while True:
+                    fn, fut = todo.get()
+                    try:
+                        fut.set_result(fn())
+                    except BaseException as e:  # noqa: BLE001  the caller raises it
+                        fut.set_exception(e)
+
+            t = threading.Thread(target=serve, name="sandbox-warm-keeper", daemon=True)
+            t.start()
+            _keeper = (t, todo)
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+    _keeper[1].put((start, fut))
+    return fut.result(timeout=START_WAIT_S)
+
+
 class _Warm:
     """The warm zygote of this process, and the socket its runs are asked for on."""
 
@@ -64,9 +99,9 @@ class _Warm:
         # its sibling zygotes, one per further hash seed, serve every later run whatever its number of ranks
         env[defaults.HASH_SEEDS_ENV] = str(defaults.hash_seeds({**os.environ, "PYTHONHASHSEED": env.get(
             "PYTHONHASHSEED", "")}))  # this process's choice, not the first run's number (one rank: one seed)
-        self.proc = subprocess.Popen([sys.executable, "-m", "sandbox._zygote", "--warm"], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                     env=env, pass_fds=(theirs.fileno(),))
+        self.proc = _from_a_lasting_thread(lambda: subprocess.Popen(
+            [sys.executable, "-m", "sandbox._zygote", "--warm"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, env=env, pass_fds=(theirs.fileno(),)))
         theirs.close()
         self.sock, self.buf = ours, b""
         log.info("warm zygote started (pid %d)", self.proc.pid)

@@ -1,6 +1,7 @@
 """A warm zygote per process (a Jupyter kernel uses one by default): later runs fork from it instead of importing
 torch, each run is still isolated, functions typed into a cell travel by value, and nothing outlives the kernel."""
 import os
+import threading
 import time
 
 import psutil
@@ -34,6 +35,23 @@ def test_warm_runs_are_isolated_and_take_functions_by_value(clean):
     finally:
         warm.shutdown()
     assert warm.running() is None
+
+
+def test_a_warm_zygote_started_from_a_thread_that_ended_serves_the_next_run(clean):
+    """Linux sends a process's death signal (PR_SET_PDEATHSIG) when the *thread* that started it ends: a warm zygote
+    started by a launch() in a worker thread died with that thread, and the next warm run found its socket reset
+    (ConnectionResetError). Each run here is launched from a thread that ends before the next starts."""
+    warm.shutdown()
+    got = []
+    try:
+        for _ in range(2):
+            t = threading.Thread(target=lambda: got.append(launch(_counter, world_size=2, warm=True)))
+            t.start()
+            t.join(120)
+            assert got and warm.running() is not None, "the run did not come back, or its warm zygote died"
+        assert [r.values for r in got] == [[1, 1], [1, 1]]
+    finally:
+        warm.shutdown()
 
 
 def test_warm_zygote_dies_with_the_kernel(clean):
