@@ -21,6 +21,8 @@ import pytest
 from conftest import leftovers
 from sandbox import run_script
 
+pytestmark = pytest.mark.slow  # real runs of a dozen programs: the full suite's, not the quick tier's
+
 DATA = os.path.join(os.path.dirname(__file__), "data")
 # folder/file, ranks, the diagnosis kinds accepted, the ground truth's culprits, words the diagnosis must hold
 FAULTY = [

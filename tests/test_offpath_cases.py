@@ -16,7 +16,7 @@ import pytest
 from conftest import leftovers
 from sandbox import run_script
 
-pytestmark = pytest.mark.usefixtures("product_seeds")
+pytestmark = [pytest.mark.usefixtures("product_seeds"), pytest.mark.slow]  # real runs: the full suite's
 
 CASES = os.path.join(os.path.dirname(__file__), "data", "offpath")
 # file, ranks, the ground truth's culprits, the line of the cause in the diagnosis' words

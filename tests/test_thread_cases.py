@@ -15,6 +15,8 @@ import pytest
 from conftest import leftovers
 from sandbox import run_script
 
+pytestmark = pytest.mark.slow  # real runs of a dozen programs: the full suite's, not the quick tier's
+
 CASES = os.path.join(os.path.dirname(__file__), "data", "threads")
 # file, ranks, the thread's name (as threading names it: an unnamed thread's number is its process's count of
 # threads so far), the ground truth's culprit ranks

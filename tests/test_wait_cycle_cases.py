@@ -18,6 +18,8 @@ import pytest
 from conftest import leftovers
 from sandbox import run_script
 
+pytestmark = pytest.mark.slow  # real runs of a dozen programs: the full suite's, not the quick tier's
+
 CASES = os.path.join(os.path.dirname(__file__), "data", "wait_cycle")
 # file, ranks, the ranks of the cycle, the ground truth's culprits, what the diagnosis names. In c1 the two ranks
 # of the cycle went two ways of one `if` and nobody else is there to say which way is the common one: both are
