@@ -356,6 +356,22 @@ def _hash_made(node, assigned: dict, funcs: dict, depth: int = 0):
     return None
 
 
+def registration_order(path: str) -> dict | None:
+    """A `register_buffer` / `register_parameter` / `add_module` / `register_module` call of this file made in a
+    loop over a set (`hash_order` at its line): the order a module's parameters or buffers get depends on the
+    process's string-hash seed. hash_order's dict, or None."""
+    parsed = _tree(_paths.resolve(path))
+    if parsed is None:
+        return None
+    for n in sorted(ast.walk(parsed[0]), key=lambda n: getattr(n, "lineno", 0)):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in (
+                "register_buffer", "register_parameter", "add_module", "register_module"):
+            found = hash_order(f"{path}:{n.lineno}")
+            if found is not None and "loop" in found and "set" in found:
+                return found
+    return None
+
+
 def hash_order(site: str | None) -> dict | None:
     """The loop around the call at `site` iterates a set (`_set_made`): its order follows the process's string-hash
     seed when the set holds strings, and separate processes (torchrun's workers) each draw their own, so the ranks

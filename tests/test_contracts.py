@@ -171,3 +171,25 @@ def test_two_ranks_sending_to_each_other_first_is_a_send_cycle_even_when_it_comp
                                1: [("send", 0), ("send", 2), ("recv", 0), ("recv", 2)],
                                2: [("send", 0), ("send", 1), ("recv", 0), ("recv", 1)]}.items()}
     assert sorted(w.ranks for w in check(broken) if w.kind == "send_cycle") == [[0, 1], [0, 2], [1, 2]]
+
+
+def test_ddp_parameters_or_buffers_in_another_order_are_named():
+    """DDP copies rank 0's parameters and buffers by position: the same names in another order on a rank is a silent
+    swap (named); other names are DDP's own error, not this warning; buffers not broadcast cannot be swapped."""
+    from sandbox.contracts import breaches
+    from sandbox.events import RankTrack
+
+    def built(order, broadcast=True):
+        tracks = {}
+        for r, names in enumerate(order):
+            t = tracks[r] = RankTrack(r)
+            t.feed({"ev": "hello", "rank": r, "world_size": len(order), "t": 0.0})
+            t.feed({"ev": "ddp", "rank": r, "t": 1.0, "site": "job.py:9", "params": [["w", [4]]],
+                    "buffers": [[n, [2]] for n in names], "broadcast_buffers": broadcast})
+        return [w for w in breaches(tracks) if w.kind == "ddp_order"]
+
+    [w] = built([["a", "b"], ["b", "a"], ["a", "b"]])
+    assert w.ranks == [1] and "at position 1, rank 0 has `a` and rank 1 `b`" in w.summary, w.summary
+    assert built([["a", "b"], ["a", "b"]]) == []
+    assert built([["a", "b"], ["a", "c"]]) == []
+    assert built([["a", "b"], ["b", "a"]], broadcast=False) == []

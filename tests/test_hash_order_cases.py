@@ -43,6 +43,9 @@ def test_a_silent_divergence_from_a_sets_order_shows_here_as_under_torchrun(name
     res = _run(name, n)
     assert res.ok, res.diagnosis.summary
     assert re.search(differing, _output(res)), _output(res)[-2000:]
+    if name.startswith("f2"):  # DDP's copy by position is named, with the set that ordered the buffers
+        [w] = [w for w in res.warnings if w.kind == "ddp_order"]
+        assert w.ranks == [1] and "`NORMALIZER_STATS`" in w.summary and "silently took rank 0's" in w.summary
 
 
 @pytest.mark.parametrize("name, n", [("ok1_grad_sync_param_groups_sorted", 2), ("ok2_lora_flat_grad_sync_sorted", 3)])

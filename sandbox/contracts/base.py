@@ -37,6 +37,9 @@ RULES = {
     "buffer_written": "The tensor of an isend (or a batch_isend_irecv send) is read when the transfer happens, not "
                       "when it is posted: do not write it before the request's wait() returns (send a fresh tensor, "
                       "or wait first).",
+    "ddp_order": "DistributedDataParallel copies rank 0's parameters and buffers to every rank by position, not by "
+                 "name (at construction, and the buffers again before every forward): every rank must register "
+                 "them in the same order, or a rank gets another one's values under the same shape.",
     "not_destroyed": "Call dist.destroy_process_group() before the process exits (PyTorch warns about it from 2.4 "
                      "on; NCCL may hang or leak at exit without it).",
 }

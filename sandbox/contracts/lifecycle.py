@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sandbox import calls
+from sandbox import branches, calls
 from sandbox.calls import SENDS, op_of
 from sandbox.contracts.arguments import explain_arguments
 from sandbox.contracts.order import explain_order
@@ -39,6 +39,43 @@ def object_devices(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
             details={"foreign": {str(q): sorted({d for ds in f.values() for d in ds})
                                  for q, (_, f, _) in per_rank.items()}}))
     return out
+
+
+def ddp_order(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    """Ranks whose DDP model holds the same parameters and buffers as the lowest rank's but in another order: DDP
+    broadcasts them by position, so those ranks silently take the lowest rank's values under other names. Where
+    the program registers them in a loop over a set (or in an order a string's hash made), that is said too."""
+    built = {r: t.ddp[-1] for r, t in sorted(tracks.items()) if t.ddp}
+    if len(built) < 2:
+        return []
+
+    def order(ev):
+        return [n for n, _ in ev.get("params") or []] + ([n for n, _ in ev.get("buffers") or []]
+                                                         if ev.get("broadcast_buffers", True) else [])
+    first, ev0 = next(iter(built.items()))
+    want = order(ev0)
+    odd = {r: got for r, ev in built.items() if (got := order(ev)) != want and sorted(got) == sorted(want)}
+    if not odd:
+        return []
+    r, got = next(iter(odd.items()))
+    i = next(k for k, (a, b) in enumerate(zip(want, got)) if a != b)
+    source = ""
+    for path in sorted({ev.get("site", "").rpartition(":")[0] for ev in built.values()} - {""}):
+        found = branches.registration_order(path)
+        if found is not None:
+            source = (f" The order comes from the set `{found['set']}` (made at {found['made']}), iterated at"
+                      f" {found['loop']} to register them: a set of strings iterates in the order of its process's"
+                      f" string-hash seed, and each rank's process has its own. Iterate `sorted({found['set']})`.")
+            break
+    ranks = sorted(odd)
+    its = "its" if len(ranks) == 1 else "their"
+    return [ContractWarning(
+        "ddp_order", f"DistributedDataParallel at {where(ev0)} copied rank {first}'s parameters and buffers to the"
+                     f" other ranks by position, and {ranks_words(ranks)} registered them in another order: at"
+                     f" position {i}, rank {first} has `{want[i]}` and rank {r} `{got[i]}`, so"
+                     f" {ranks_words(ranks)} silently took rank {first}'s `{want[i]}` as {its} `{got[i]}`.{source}",
+        ranks, op="DistributedDataParallel", sites={q: where(built[q]) for q in ranks},
+        details={"position": i, "first": want[i], "odd": {str(q): o[i] for q, o in odd.items()}})]
 
 
 def not_destroyed(tracks: dict[int, RankTrack]) -> list[ContractWarning]:

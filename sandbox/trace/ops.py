@@ -110,16 +110,19 @@ MAX_PARAMS = 2000  # a DDP record names at most this many parameters
 
 def _wrap_ddp_init(orig):
     """DDP's constructor: before it runs (it raises when the ranks' models differ), record the parameters it will
-    reduce, in its order (the indices its errors name), with their shapes, as a `ddp` event. Only the tracer knows
-    their names: the Flight Recorder sees the buckets' sizes."""
+    reduce, in its order (the indices its errors name), with their shapes, and the buffers it broadcasts, as a `ddp`
+    event. Only the tracer knows their names: the Flight Recorder sees the buckets' sizes."""
     @functools.wraps(orig)
     def __init__(self, module, *args, **kwargs):
         if sink.fd is not None and not getattr(sink.tls, "depth", 0):
             try:
                 params = [[n, list(p.shape)] for n, p in module.named_parameters() if p.requires_grad][:MAX_PARAMS]
+                buffers = [[n, list(b.shape)] for n, b in module.named_buffers()][:MAX_PARAMS]
                 where, func = describe.site(describe.user_frame(1))
                 sink.emit({"ev": "ddp", "rank": sink.rank, "t": time.time(), "site": where, "func": func,
-                           "params": params, "find_unused": bool(kwargs.get("find_unused_parameters", False))})
+                           "params": params, "buffers": buffers,
+                           "broadcast_buffers": bool(kwargs.get("broadcast_buffers", True)),
+                           "find_unused": bool(kwargs.get("find_unused_parameters", False))})
             except Exception as e:  # noqa: BLE001  the tracer must never break the user's model
                 record.tracer_error("DistributedDataParallel", e)
         return orig(self, module, *args, **kwargs)
