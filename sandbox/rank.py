@@ -80,6 +80,23 @@ def torchrun_env(rank: int, world_size: int, port: int, run_id: str, *, nodes: T
     }
 
 
+def own_random_state() -> None:
+    """A forked rank starts with its zygote's generators; torchrun's workers, separate interpreters, each seed
+    Python's `random` (and NumPy's global generator, when imported) from the OS, so unseeded draws differ from rank to
+    rank there. Reseed them from the OS here, as a new process would. torch's default generator starts from one fixed
+    seed in every process, under torchrun too: left as it is. A program that seeds its generators still gets its
+    own seeds, which it sets after this."""
+    import random
+
+    random.seed()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            np.random.seed()
+        except Exception:  # noqa: BLE001  a NumPy without the legacy global generator: nothing shared to reseed
+            pass
+
+
 def _error_fields(e: BaseException, shown: str) -> dict:
     return {"type": type(e).__name__, "message": str(e)[:4000], "traceback": shown[-12000:],
             "site": trace.error_site(e)}
@@ -106,6 +123,7 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
     topo = spec["topology"] if nodes else None
     os.environ.update(torchrun_env(rank, ws, port, spec["run_id"], nodes=topo,
                                    master_addr=nodes[0]["hostname"] if nodes else "127.0.0.1"))
+    own_random_state()
     stack = open(rundir.stack(run_dir, rank), "w")
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a fatal signal leaves its Python stack in the log
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)

@@ -75,3 +75,37 @@ def test_sandbox_hash_seeds_1_gives_every_rank_one_seed_and_the_number_follows_t
     res = launch(_hashes, world_size=4, warm=False)
     assert res.ok, res.diagnosis.summary
     assert len({x["hash"] for x in res.values}) == 1
+
+
+NUMPY_DRAW = """\
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import optim  # what a training script imports: the zygote preloads torch._dynamo, and numpy.random with it
+
+dist.init_process_group("gloo")
+if {seed} is not None:
+    np.random.seed({seed})
+out = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size())]
+dist.all_gather(out, torch.tensor([np.random.rand()], dtype=torch.float64))
+print("DRAWS", len({{o.item() for o in out}}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("warm_run", [False, True], ids=["cold", "warm"])
+def test_unseeded_numpy_draws_differ_between_ranks_as_between_torchruns_workers(warm_run, tmp_path, clean):
+    """torchrun's workers each seed NumPy's global generator from the OS; ranks forked from a zygote that imported
+    numpy.random (the preload does) shared its state, so every rank of a zygote drew the same numbers. Each rank now
+    reseeds it (and Python's `random`, which reseeds itself after a fork anyway); a seed the program sets still
+    holds on every rank."""
+    pytest.importorskip("numpy")
+    for seed, distinct in ((None, 4), (7, 1)):
+        script = tmp_path / f"draw_{seed}.py"
+        script.write_text(NUMPY_DRAW.format(seed=seed))
+        for _ in range(2 if warm_run else 1):  # a warm zygote preloads after its first run: the second forks with it
+            res = run_script(str(script), world_size=4, warm=warm_run, timeout=60)
+            assert res.ok, res.diagnosis.summary
+            assert f"DRAWS {distinct}" in res.ranks[0].output, res.ranks[0].output
+    if warm_run:
+        warm.shutdown()
