@@ -89,10 +89,12 @@ def own_random_state() -> None:
     import random
 
     random.seed()
-    np = sys.modules.get("numpy")
-    if np is not None:
+    # only where the zygote imported numpy.random (the preload does): touching np.random would import it (NumPy
+    # loads it lazily), tens of milliseconds per rank, and a rank that imports it itself seeds it from the OS
+    npr = sys.modules.get("numpy.random")
+    if npr is not None:
         try:
-            np.random.seed()
+            npr.seed()
         except Exception:  # noqa: BLE001  a NumPy without the legacy global generator: nothing shared to reseed
             pass
 
