@@ -1,10 +1,10 @@
-"""`branches.hash_order` reads from the source whether a call's order (or a value it takes) comes from iterating a
+"""`seeded.hash_order` reads from the source whether a call's order (or a value it takes) comes from iterating a
 set; what it must not call one: sorted sets, sets of numbers, dicts, lists, ranges."""
 import textwrap
 
 import pytest
 
-from sandbox import branches
+from sandbox import seeded
 
 HEAD = "import torch.distributed as dist\n"
 
@@ -14,7 +14,7 @@ def _found(tmp_path, body: str):
     src = HEAD + textwrap.dedent(body)
     path.write_text(src)
     line = next(i for i, text in enumerate(src.splitlines(), 1) if "dist." in text and "import" not in text)
-    return branches.hash_order(f"{path}:{line}")
+    return seeded.hash_order(f"{path}:{line}")
 
 
 @pytest.mark.parametrize("body, the_set", [

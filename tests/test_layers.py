@@ -89,7 +89,7 @@ LAYERS = [
      ["sandbox._paths", "sandbox.rundir", "sandbox.topology", "sandbox.defaults", "sandbox.calls", "sandbox.track",
       "sandbox.events", "sandbox.flight", "sandbox.flight_view", "sandbox.flight_offline", "sandbox._proc",
       "sandbox.channel", "sandbox.netns", "sandbox.nodes"]),
-    ("words and the one judge: torch-free", ["sandbox.words", "sandbox.branches", "sandbox.result", "sandbox.diagnose",
+    ("words and the one judge: torch-free", ["sandbox.words", "sandbox.branches", "sandbox.seeded", "sandbox.result", "sandbox.diagnose",
                                              "sandbox.faults",
                                              "sandbox.contracts", "sandbox.policy"]),
     ("inside a rank", ["sandbox.trace", "sandbox.rank", "sandbox._zygote", "sandbox.preload", "sandbox.simulate",

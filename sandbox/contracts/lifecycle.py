@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sandbox import branches, calls
+from sandbox import calls, seeded
 from sandbox.calls import SENDS, op_of
 from sandbox.contracts.arguments import explain_arguments
 from sandbox.contracts.order import explain_order
@@ -61,7 +61,7 @@ def ddp_order(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     i = next(k for k, (a, b) in enumerate(zip(want, got)) if a != b)
     source = ""
     for path in sorted({ev.get("site", "").rpartition(":")[0] for ev in built.values()} - {""}):
-        found = branches.registration_order(path)
+        found = seeded.registration_order(path)
         if found is not None:
             source = (f" The order comes from the set `{found['set']}` (made at {found['made']}), iterated at"
                       f" {found['loop']} to register them: a set of strings iterates in the order of its process's"

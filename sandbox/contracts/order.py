@@ -2,12 +2,12 @@
 process's string-hash seed, and every process draws its own (torchrun's workers each do; the sandbox deals its ranks
 among zygotes with seeds of their own, `sandbox.defaults.HASH_SEEDS`), so a collective per element is made in a
 different order on different ranks: a mismatch, a hang, or (same shapes) sums of the wrong tensors.
-`explain_order` notes it on a failed or hung run whose calls stand in such a loop (`sandbox.branches.hash_order`)."""
+`explain_order` notes it on a failed or hung run whose calls stand in such a loop (`sandbox.seeded.hash_order`)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from sandbox import branches
+from sandbox import seeded
 from sandbox.result import Kind
 from sandbox.track import RankTrack
 
@@ -30,7 +30,7 @@ def explain_order(diagnosis, tracks: dict[int, RankTrack]):
     if diagnosis.kind not in _KINDS or "order" in diagnosis.details:
         return None
     for site in _sites(diagnosis, tracks):
-        found = branches.hash_order(site)
+        found = seeded.hash_order(site)
         if found is not None and "hash" in found and "loop" in found:
             note = (f"The call at {site} is made in the loop at {found['loop']} over `{found['iter']}`, laid out by"
                     f" `{found['hash']}` at {found['made']}: Python's hash of a string follows its process's"

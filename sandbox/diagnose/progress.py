@@ -188,7 +188,7 @@ def wait_of(t: RankTrack, p: dict, tracks: dict[int, RankTrack]) -> Wait | None:
             q = tracks.get(m)
             if m == t.rank or (q is not None and pairs(call, q.pending)):
                 continue
-            bucket = (call.get("gname"), call.get("seq"))
+            bucket = calls.slot(call)
             if q is not None and m in live and q.passed.get(bucket) and pairs(call, q.by_bucket.get(bucket)):
                 continue  # it did its part already (a broadcast's root leaves early)
             on.append(m)
