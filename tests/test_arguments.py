@@ -21,8 +21,8 @@ CASES = {
                                  ["passed dst=0 to reduce", "torch reads dst as a global rank, and global rank 0 is "
                                   "not in that group", "the group's rank 0 is global rank 2 (group_dst=0)"]),
     "objects_bcast_group_src_global": (4, "group_rank", [1, 3], 29,
-                                       ["passed group_src=1 to broadcast_object_list", "so it names global rank 3",
-                                        "global rank 1 is that group's rank 0"]),
+                                       ["passed group_src=1 to broadcast_object_list", "group_src=1 named global rank 3",
+                                        "not global rank 1 (that group's rank 0)", "`leader` is a global rank"]),
     "groups_p2p_dst_group_rank": (4, "group_rank", [0, 1, 3], 44,
                                   ["Rank 1 passed dst=1 to send", "which is the calling rank itself",
                                    "the group's rank 1 is global rank 3 (group_dst=1)", "Rank 3 passed src=0 to recv"]),

@@ -24,7 +24,8 @@ SANDBOX_WARNINGS = {"collective_differs": "mismatch", "call_count": "missing_ran
                     "p2p_unmatched": "p2p_unmatched", "async_unwaited": "unwaited", "group_mismatch": "groups",
                     "object_device": "object_device", "not_destroyed": "not_destroyed",
                     "group_member": "groups", "group_rank": "groups", "any_source": "p2p_unmatched",
-                    "buffer_written": "unwaited", "ddp_order": "model_differs"}
+                    "buffer_written": "unwaited", "ddp_order": "model_differs",
+                    "data_order": "mismatch"}
 
 # torchrun (plain or DETAIL): a line holding one of these names that cause
 TORCHRUN_MESSAGES = [

@@ -15,9 +15,10 @@ missing src as); `base` holds the warning type and the rules in words.
 """
 from __future__ import annotations
 
-from sandbox.contracts.arguments import any_source, group_member
+from sandbox.contracts.arguments import any_source, group_member, rank_spaces
 from sandbox.contracts.base import RULES, ContractWarning
 from sandbox.contracts.collectives import call_counts, collectives_differ, completed, groups_differ
+from sandbox.contracts.order import data_order
 from sandbox.contracts.lifecycle import ddp_order, explain, not_destroyed, object_devices
 from sandbox.contracts.p2p import async_unwaited, buffer_written, p2p_unmatched, send_cycles
 from sandbox.events import RankTrack
@@ -31,4 +32,5 @@ def breaches(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     done = {r: completed(t) for r, t in tracks.items()}
     return (collectives_differ(done) + groups_differ(tracks) + p2p_unmatched(tracks) + send_cycles(tracks)
             + async_unwaited(tracks) + buffer_written(tracks) + call_counts(tracks) + object_devices(tracks)
-            + not_destroyed(tracks) + group_member(tracks) + any_source(tracks) + ddp_order(tracks))
+            + not_destroyed(tracks) + group_member(tracks) + any_source(tracks) + rank_spaces(tracks)
+            + ddp_order(tracks) + data_order(tracks))

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from sandbox.calls import OPS, RECVS, SENDS
 from sandbox.contracts.base import ContractWarning, where
+from sandbox.diagnose import spaces
 from sandbox.events import RankTrack
 from sandbox.result import Kind
 from sandbox.words import ranks as ranks_words
@@ -78,12 +79,63 @@ def any_source(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     return out
 
 
+def rank_spaces(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    """Calls whose root or peer was made as a rank of one numbering and passed where torch reads the other (read
+    from the source, `sandbox.diagnose.spaces`), where the two readings name different processes in this run: a
+    global rank passed as group_src of the group [1, 3] (1 is that group's rank 0; group_src=1 is global rank 3),
+    or a rank within the group passed as src. One warning per call site; its ranks are those whose call was read
+    as another process."""
+    hits: dict[str, list] = {}  # site -> [(rank, call, value, the argument's name)]
+    for r, t in sorted(tracks.items()):
+        for p in _calls(t):
+            for o in p.get("p2p") or ():  # batch_isend_irecv: each P2POp's peer, a global rank, in its own group
+                g, v = o.get("group"), o.get("peer")
+                if isinstance(g, list) and isinstance(v, int) and v in g and v < len(g) and g[v] != v:
+                    hits.setdefault(p.get("site") or "?", []).append((r, {**p, "op": "P2POp", "group": g}, v, "peer"))
+            g, arg = p.get("group"), _root_arg(p.get("op", ""))
+            if not isinstance(g, list) or p.get("op") not in OPS or OPS[p["op"]].root is None:
+                continue
+            v = p.get("group_root")
+            if v is None:
+                v = p.get("root") if "root" in p else p.get("peer")
+            else:
+                arg = "group_" + arg
+            if isinstance(v, int) and v in g and v < len(g) and g[v] != v:
+                hits.setdefault(p.get("site") or "?", []).append((r, p, v, arg))
+    out = []
+    for site, calls in hits.items():
+        r, p, v, arg = calls[0]
+        found = spaces.root_space(site, p["op"], arg)
+        want = spaces.GROUP if arg.startswith("group_") else spaces.GLOBAL
+        if found is None or found["space"] == want:
+            continue
+        ranks = sorted({c[0] for c in calls})
+        g = p["group"]
+        told = ("as `{how}` at {made} reads it" if found["compared"] else "from `{how}` at {made}").format(**found)
+        if want == spaces.GROUP:
+            read = (f"`{found['value']}` is a global rank ({told}), and torch reads "
+                    f"{arg} as a rank within the group, so {arg}={v} named global rank {g[v]}, not global rank {v} "
+                    f"(that group's rank {g.index(v)}). Pass {arg.removeprefix('group_')}={found['value']} (a global "
+                    f"rank), or {arg}=dist.get_group_rank({found['group']}, {found['value']}).")
+        else:
+            read = (f"`{found['value']}` is a rank within the group ({told}), and "
+                    f"torch reads {arg} as a global rank, so {arg}={v} named global rank {v} (that group's rank "
+                    f"{g.index(v)}), not the group's rank {v} (global rank {g[v]}). Pass group_{arg}="
+                    f"{found['value']}, or {arg}=dist.get_global_rank({found['group']}, {found['value']}).")
+        out.append(ContractWarning(
+            "group_rank", f"{ranks_words(ranks).capitalize()} passed {arg}={v} to {p['op']} at {found['at']}"
+                          + (f" (given to batch_isend_irecv at {site})" if found["at"] != site else "")
+                          + f" with group {g}: {read}", ranks, op=p["op"], sites={c[0]: site for c in calls},
+            details={"group": g, "arg": arg, "value": v, "space": found["space"]}))
+    return out
+
+
 def explain_arguments(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTrack]):
     """A failed or hung run that a call's arguments explain: the diagnosis with a note saying how torch read them,
     the ranks that made the call as culprits, and details["contract"]; None when no argument explains it."""
     if diagnosis.kind not in _OPEN_KINDS:
         return None
-    breached = [w for w in warnings if w.kind in ("group_member", "any_source")]
+    breached = [w for w in warnings if w.kind in ("group_member", "any_source", "group_rank")]
     if breached:
         culprits = sorted({r for w in breached for r in w.ranks})
         return _noted(diagnosis, " ".join(w.summary for w in breached[:3]), culprits, breached[0].kind)

@@ -37,6 +37,9 @@ RULES = {
     "buffer_written": "The tensor of an isend (or a batch_isend_irecv send) is read when the transfer happens, not "
                       "when it is posted: do not write it before the request's wait() returns (send a fresh tensor, "
                       "or wait first).",
+    "data_order": "A collective that combines tensors place by place (all_reduce, reduce, reduce_scatter, broadcast) "
+                  "needs every rank to lay its tensor out in one order: a dict or list filled while walking the "
+                  "rank's own share of the data holds its keys in the order that share met them.",
     "ddp_order": "DistributedDataParallel copies rank 0's parameters and buffers to every rank by position, not by "
                  "name (at construction, and the buffers again before every forward): every rank must register "
                  "them in the same order, or a rank gets another one's values under the same shape.",

@@ -55,18 +55,26 @@ def ddp_order(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     first, ev0 = next(iter(built.items()))
     want = order(ev0)
     odd = {r: got for r, ev in built.items() if (got := order(ev)) != want and sorted(got) == sorted(want)}
+    found = next((f for path in sorted({ev.get("site", "").rpartition(":")[0] for ev in built.values()} - {""})
+                  if (f := seeded.registration_order(path)) is not None), None)
+    source = (f" The order comes from the set `{found['set']}` (made at {found['made']}), iterated at"
+              f" {found['loop']} to register them: a set of strings iterates in the order of its process's"
+              f" string-hash seed, and each rank's process has its own. Iterate `sorted({found['set']})`."
+              if found is not None else "")
+    if not odd and found is not None and len({len(order(ev)) for ev in built.values()}) == 1:
+        ranks = sorted(built)  # this run's seeds happened to agree: separate processes' mostly do not
+        return [ContractWarning(
+            "ddp_order", f"DistributedDataParallel at {where(ev0)} copies rank {first}'s parameters and buffers to"
+                         f" the other ranks by position, and the program registers them in an order each process"
+                         f" draws for itself. In this run the ranks' seeds happened to give one order; under"
+                         f" torchrun every worker has a seed of its own, and ranks that get another order silently"
+                         f" take rank {first}'s values under other names.{source}",
+            ranks, op="DistributedDataParallel", sites={q: where(built[q]) for q in ranks},
+            details={"registered": found})]
     if not odd:
         return []
     r, got = next(iter(odd.items()))
     i = next(k for k, (a, b) in enumerate(zip(want, got)) if a != b)
-    source = ""
-    for path in sorted({ev.get("site", "").rpartition(":")[0] for ev in built.values()} - {""}):
-        found = seeded.registration_order(path)
-        if found is not None:
-            source = (f" The order comes from the set `{found['set']}` (made at {found['made']}), iterated at"
-                      f" {found['loop']} to register them: a set of strings iterates in the order of its process's"
-                      f" string-hash seed, and each rank's process has its own. Iterate `sorted({found['set']})`.")
-            break
     ranks = sorted(odd)
     its = "its" if len(ranks) == 1 else "their"
     return [ContractWarning(

@@ -2,12 +2,20 @@
 process's string-hash seed, and every process draws its own (torchrun's workers each do; the sandbox deals its ranks
 among zygotes with seeds of their own, `sandbox.defaults.HASH_SEEDS`), so a collective per element is made in a
 different order on different ranks: a mismatch, a hang, or (same shapes) sums of the wrong tensors.
-`explain_order` notes it on a failed or hung run whose calls stand in such a loop (`sandbox.seeded.hash_order`)."""
+`explain_order` notes it on a failed or hung run whose calls stand in such a loop (`sandbox.seeded.hash_order`).
+
+The same happens without a set: a tensor laid out from a dict (or list) that each rank filled in the order its own
+share of the data met the keys, then combined place by place (`sandbox.diagnose.positions`). `data_order` warns of
+such a call whatever the run came to (its sums are wrong even where nothing fails), and `explain_order` notes it on
+a failed run."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from sandbox import seeded
+from sandbox.calls import COLLECTIVES
+from sandbox.contracts.base import ContractWarning
+from sandbox.diagnose import positions
 from sandbox.result import Kind
 from sandbox.track import RankTrack
 
@@ -21,6 +29,46 @@ def _sites(diagnosis, tracks: dict[int, RankTrack]) -> list[str]:
                               for c in (t.pending, t.failed_call)]
     out += [c.get("site") for c in (diagnosis.details.get("calls") or {}).values() if isinstance(c, dict)]
     return list(dict.fromkeys(s for s in out if s))
+
+
+def _filled_words(found: dict) -> str:
+    """How a container got an order of the rank's own: the fill, and the loop, `if` or sort behind it."""
+    if found["by"] == "sorted":
+        return f"`{found['iterated']}` at {found['at']} orders them by `{found['control']}`, a value of each rank's own"
+    how = f"in the loop over `{found['control']}` at {found['site']}, which walks this rank's own share"
+    if "through" in found:
+        how = (f"in the loop over `{found['control']}` at {found['site']}, in the order of "
+               f"`{found['through']['container']}`: " + _filled_words(found["through"]))
+    return f"`{found['container']}` was filled by `{found['fill']}` at {found['filled']}, {how}"
+
+
+def _order_words(site: str, op: str, found: dict) -> str:
+    if "loop" in found:
+        made = (f"The {op} at {site} is made once per item of the loop at {found['loop']} over "
+                f"`{found['iterated']}`, so the ranks' calls pair up items by their place in that order")
+    else:
+        made = (f"The {op} at {site} combines its tensors place by place across ranks, and each rank laid its "
+                f"tensor out from `{found['iterated']}` (at {found['at']})")
+    return (f"{made}; {_filled_words(found)}. So each rank's order is its own, and the {op} pairs unlike things."
+            f" Use one order on every rank (sorted keys, or one fixed list of keys that every rank fills).")
+
+
+def data_order(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
+    """Each call site of a collective made in a loop over a container that each rank ordered its own way, or (one
+    that pairs tensors by position, `positions.BY_POSITION`) whose tensor was laid out from one; its ranks are those
+    that made it (none of them is the odd one)."""
+    sites: dict[tuple, set] = {}
+    for r, t in sorted(tracks.items()):
+        for p in t.events:
+            if p.get("ev") == "enter" and p.get("op") in COLLECTIVES and p.get("site"):
+                sites.setdefault((p["site"], p["op"]), set()).add(r)
+    out = []
+    for (site, op), ranks in sites.items():
+        found = positions.data_order(site, op)
+        if found is not None and len(ranks) > 1:
+            out.append(ContractWarning("data_order", _order_words(site, op, found), sorted(ranks), op=op,
+                                       sites={r: site for r in ranks}, details=found))
+    return out
 
 
 def explain_order(diagnosis, tracks: dict[int, RankTrack]):
@@ -57,7 +105,13 @@ def explain_order(diagnosis, tracks: dict[int, RankTrack]):
                     f" torchrun's workers does), so the ranks make these calls in different orders. Iterate"
                     f" `sorted({found['set']})`, or set PYTHONHASHSEED for every rank.")
         else:
-            continue
+            op = next((c.get("op") for _, t in sorted(tracks.items()) for c in (t.pending, t.failed_call)
+                       if c and c.get("site") == site), None) or diagnosis.op or ""
+            found = positions.data_order(site, op)
+            if found is None:
+                continue
+            return replace(diagnosis.noted(_order_words(site, op, found)),  # the run named the odd ranks
+                           details={**diagnosis.details, "order": found})
         # no rank is the odd one: each took the order (or the value) of its own seed
         everyone = sorted(r for r in tracks if not diagnosis.group or r in diagnosis.group)
         return replace(diagnosis.noted(note), culprit_ranks=everyone or diagnosis.culprit_ranks,

@@ -107,7 +107,7 @@ def data_break(frames: list[tuple[str, int]], prev: list[tuple[str, int]]) -> di
 
 def _broken_loop(tree: ast.AST, node: ast.If) -> ast.AST | None:
     """The loop this `if` breaks out of, where its body or else holds a `break` of that loop; None if none."""
-    parents = _parent_map(tree)
+    parents = parent_map(tree)
     loop = parents.get(node)
     while loop is not None and not isinstance(loop, (ast.For, ast.AsyncFor, ast.While, *SCOPES)):
         loop = parents.get(loop)
@@ -159,7 +159,7 @@ def loop_filled(tree: ast.AST, path: str, line: int) -> dict | None:
         if not isinstance(it, ast.Name):
             continue
         scope = _scope(tree, loop)
-        parents = _parent_map(tree)
+        parents = parent_map(tree)
         fills = []
         for n in sorted(ast.walk(scope), key=lambda n: getattr(n, "lineno", 0)):
             if getattr(n, "lineno", loop.lineno) >= loop.lineno or not _adds_to(n, it.id):
@@ -230,15 +230,20 @@ def _first_read(test: ast.AST, name: str) -> tuple[int, int]:
                 or (isinstance(n, ast.Call) and ast.unparse(n) == name)), default=(0, 0))
 
 
-def _parent_map(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+def parent_map(tree: ast.AST) -> dict[ast.AST, ast.AST]:
     if id(tree) not in _parents:  # the trees live in branches' cache for the whole process: ids stay theirs
         _parents[id(tree)] = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
     return _parents[id(tree)]
 
 
+def scope_of(tree: ast.AST, node: ast.AST) -> ast.AST:
+    """The innermost function holding the node, or the module."""
+    return _scope(tree, node)
+
+
 def _scope(tree: ast.AST, node: ast.AST) -> ast.AST:
     """The innermost function holding the node, or the module."""
-    parents = _parent_map(tree)
+    parents = parent_map(tree)
     p = parents.get(node)
     while p is not None and not isinstance(p, SCOPES):
         p = parents.get(p)
@@ -247,7 +252,7 @@ def _scope(tree: ast.AST, node: ast.AST) -> ast.AST:
 
 def _compounds(tree: ast.AST, node: ast.AST, scope: ast.AST) -> set[ast.AST]:
     """The compound statements (if, loops, try, with) between a node and its scope."""
-    parents, out = _parent_map(tree), set()
+    parents, out = parent_map(tree), set()
     p = parents.get(node)
     while p is not None and p is not scope:
         if isinstance(p, COMPOUND):
@@ -318,12 +323,7 @@ def _name(tree: ast.AST, name: str, use: ast.AST, seen: set, depth: int) -> set[
     if depth > _DEPTH or (name, id(use)) in seen:
         return set()  # a loop of assignments, or a chain too long to follow: claim nothing from it
     seen = seen | {(name, id(use))}
-    scope = _scope(tree, use)
-    while True:
-        reach = _reaching(tree, scope, name, use)
-        if reach or scope is tree:
-            break
-        scope = _scope(tree, scope)  # not bound in this function: the enclosing one's, or the module's
+    reach = reaching(tree, name, use)
     out: set[str] = set()
     for node, value, kind in reach:
         if kind in ("import", "synced"):
@@ -333,6 +333,18 @@ def _name(tree: ast.AST, name: str, use: ast.AST, seen: set, depth: int) -> set[
         elif value is not None:
             out |= _expr(tree, value, seen, depth + 1)
     return out or {"const"}  # a builtin, or a name the source never binds: nothing says it varies
+
+
+def reaching(tree: ast.AST, name: str, use: ast.AST) -> list:
+    """The bindings of a name that can reach this use of it, looking out from its function to the enclosing ones
+    and the module: [(node, value or None, kind), ...] as `_bindings` gives them ([] where the source never binds
+    it: a builtin)."""
+    scope = _scope(tree, use)
+    while True:  # not bound in this function: the enclosing one's, or the module's
+        reach = _reaching(tree, scope, name, use)
+        if reach or scope is tree:
+            return reach
+        scope = _scope(tree, scope)
 
 
 def _reaching(tree: ast.AST, scope: ast.AST, name: str, use: ast.AST) -> list:
@@ -347,6 +359,11 @@ def _reaching(tree: ast.AST, scope: ast.AST, name: str, use: ast.AST) -> list:
         straight = kind not in ("add", "iter") and _compounds(tree, node, scope) <= around_use
         out = [(node, value, kind)] if straight else out + [(node, value, kind)]
     return out
+
+
+def source_of(tree: ast.AST, e: ast.AST) -> set[str]:
+    """Where an expression's value comes from: "const", "rank", "data", "argument" (`_expr`)."""
+    return _expr(tree, e, set(), 0)
 
 
 def _expr(tree: ast.AST, e: ast.AST, seen: set, depth: int) -> set[str]:

@@ -229,10 +229,18 @@ def describe(spec: Spec, args: tuple, kwargs: dict, frame) -> dict:
         ev["sig"] = calls.signature(ev)
     elif name == "batch_isend_irecv":
         ev["p2p"] = [{"op": getattr(getattr(o, "op", None), "__name__", "?"), "peer": getattr(o, "peer", None),
-                      "shapes": tensor_info(getattr(o, "tensor", None))[0]} for o in arg("p2p_op_list") or ()]
+                      "shapes": tensor_info(getattr(o, "tensor", None))[0],
+                      **_p2p_group(o)} for o in arg("p2p_op_list") or ()]
     if op.returns_work or arg("async_op", False):
         ev["async"] = True
     return ev
+
+
+def _p2p_group(o) -> dict:
+    """A P2POp's group's global ranks, where it names a group of its own ({} for the world's)."""
+    group = getattr(o, "group", None)
+    info = group_info(group) if group is not None else None
+    return {"group": info[1]} if info is not None else {}
 
 
 def _tensor_devices(obj, out: set, depth: int = 0, budget: list | None = None) -> set:
