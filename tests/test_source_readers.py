@@ -101,3 +101,10 @@ def test_an_order_of_the_ranks_own_is_found(tmp_path, body, call, op, filled):
 def test_one_order_everywhere_is_not_claimed(tmp_path, body, call, op):
     path = _write(tmp_path, body)
     assert positions.data_order(f"{path}:{_line(path, call)}", op) is None
+
+
+def test_a_container_read_only_for_its_truth_or_size_gives_no_order(tmp_path):
+    """`np.mean(rows) if rows else 0`: the mean has no order of `rows`, and the test only picks a branch."""
+    path = _write(tmp_path, SHARD + "rows = []\nfor k, v in shard:\n    rows.append(v)\n"
+                  "m = np.mean(rows) if rows else 0\ntotal = torch.tensor(m * len(rows))\ndist.all_reduce(total)\n")
+    assert positions.data_order(f"{path}:{_line(path, 'dist.all_reduce')}", "all_reduce") is None

@@ -103,6 +103,10 @@ def _iterated(tree: ast.AST, e: ast.AST, depth: int, seen: set) -> list[tuple[st
         return [x for p in parts for x in _iterated(tree, p, depth + 1, seen)]
     if isinstance(e, ast.Subscript):  # d[k]: a lookup by key has no order; what picks the key may
         return _iterated(tree, e.slice, depth + 1, seen)
+    if isinstance(e, (ast.Compare, ast.BoolOp)) or (isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not)):
+        return []  # a truth value (`if losses`, `len(x) > 0`): none of the order reaches it
+    if isinstance(e, ast.IfExp):  # the test only picks which of the two values is taken
+        return _iterated(tree, e.body, depth + 1, seen) + _iterated(tree, e.orelse, depth + 1, seen)
     if isinstance(e, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
         out = []
         for g in e.generators:
