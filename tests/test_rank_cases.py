@@ -15,9 +15,11 @@ warned. Missed still: rank_spaces f3 (a global rank compared with 0 to pick a gr
 it), rank_order f4 and f6 (orders made by a hook's firing and by a file, not by the rank's share), whose failures
 are named with the right rank but not the order."""
 import concurrent.futures
+import inspect
 import os
 
 import pytest
+import torch.distributed as dist
 
 from conftest import leftovers
 from sandbox import run_script
@@ -54,13 +56,16 @@ FAULTY = [
     ("rank_order/f5_bucket_count_hang", 4, "collective_mismatch", [3], ["f5_bucket_count_hang.py:47"]),
     ("rank_order/f6_broadcast_loaded_sd", 3, "collective_mismatch", [0], ["f6_broadcast_loaded_sd.py:39"]),
 ]
+# f5 orders its ring with new_group(..., sort_ranks=False), which torch 2.13 has and 2.11 does not
+NEEDS_SORT_RANKS = {"rank_spaces/f5_p2pop_peer_grouprank"}
+SORT_RANKS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 TWINS = [("rank_spaces/ok1_bcast_groupsrc_global", 4), ("rank_spaces/ok2_bcast_object_src_grouprank", 3),
          ("rank_order/ok1_log_dict_stack_sorted", 3), ("rank_order/ok2_bucket_count_fixed_order", 4)]
 
 
 @pytest.fixture(scope="module")
 def runs():
-    todo = [(name, n) for name, n, *_ in FAULTY] + TWINS
+    todo = [(name, n) for name, n, *_ in FAULTY if SORT_RANKS or name not in NEEDS_SORT_RANKS] + TWINS
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         futures = {name: pool.submit(run_script, os.path.join(DATA, name + ".py"), world_size=n, timeout=120)
                    for name, n in todo}
@@ -71,6 +76,8 @@ def runs():
 
 @pytest.mark.parametrize("name, n, kind, culprits, words", FAULTY, ids=[c[0] for c in FAULTY])
 def test_the_mistake_is_named_where_it_was_made(runs, name, n, kind, culprits, words):
+    if name in NEEDS_SORT_RANKS and not SORT_RANKS:
+        pytest.skip("new_group has no sort_ranks in this torch")
     res = runs[name]
     found = [w for w in res.warnings if w.kind == kind]
     if found:  # a run that finished (or failed) with the warning: its ranks hold the culprits

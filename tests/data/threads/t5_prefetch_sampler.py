@@ -29,6 +29,7 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     data = torch.randn(DATASET_LEN, 64)
     q = queue.Queue(maxsize=2)
+    model(data[:1]).sum().backward()  # warm-up: a first backward loads autograd's kernels (~1 s on a CUDA build)
     threading.Thread(target=prefetch_epochs, args=(q, rank), daemon=True).start()
     for epoch in range(EPOCHS):
         perm = q.get()
