@@ -305,3 +305,22 @@ def test_a_rank_killed_between_its_lost_peer_error_and_its_error_record_was_hung
     # a rank that went on after the error (it caught it) and then died was not stuck in that call: still a crash
     j = _torn_down(raised_then_killed=False)
     assert j.outcomes[0] == "crashed" and j.verdict == "crash", (j.outcomes, j.diagnosis.summary)
+
+
+# ------------------------------------------------------------------- a rank still inside the call is not missing
+
+def test_a_rank_still_inside_the_call_when_the_run_ended_is_not_named_missing():
+    """Rank 0 finished; ranks 1 and 3 raised in the barrier when its connection closed; rank 2 was still inside the
+    barrier when the run ended (seen with torch 2.11: its error had not come yet). Only rank 0 never arrived."""
+    from sandbox.diagnose import diagnose_failure
+
+    barrier = [{"op": "barrier", "gname": "0", "group": GROUP4, "seq": 1, "site": "job.py:9"}]
+    tracks = {0: _rank(0, 4, [], end="ok"), 2: _rank(2, 4, barrier)}
+    for r in (1, 3):
+        t = tracks[r] = _rank(r, 4, barrier)
+        lost = {"type": "RuntimeError", "message": "Connection closed by peer [127.0.0.1]:3808"}
+        t.feed({"ev": "exit", "rank": r, "id": 1, "t": 2.0, "error": f"RuntimeError: {lost['message']}"})
+        t.feed({"ev": "end", "rank": r, "outcome": "error", "error": lost, "t": 3.0})
+    d = diagnose_failure(tracks, {0: "ok", 1: "error", 2: "stopped", 3: "error"})
+    assert (d.kind, d.culprit_ranks) == ("missing_ranks", [0]), d.summary
+    assert d.summary.startswith("Ranks 1-3 wait in barrier #1"), d.summary

@@ -66,7 +66,8 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
     causes = [t for t in errored if not words.peer_lost((t.error or {}).get("message"))]
     if not causes and errored:
         # every error only says "a peer went away": the cause is a rank that was not in the call with them
-        inside = {r: t.failed_call for r, t in tracks.items() if t.failed_call is not None}
+        # a rank still inside its call when the run ended (its peer's exit not yet seen there) is in it too
+        inside = {r: c for r, t in tracks.items() if (c := t.failed_call or t.pending) is not None}
         d = framework.uneven_steps(tracks, inside) or fsdp_uneven(tracks, inside) or missing(tracks, inside)
         if d is not None:
             return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks))
