@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from sandbox import branches, launch, run_script
-from sandbox.diagnose import origins
+from sandbox.diagnose import origins, positions
 
 # Lab 07's metadata handoff, fixed wrongly: only the ranks that read zeros sync the metadata. Line 13 is the `if`,
 # line 15 the all_reduce only ranks 1 and 3 make, line 19 the poll's all_reduce that ranks 0 and 2 go on to.
@@ -359,7 +359,7 @@ def test_a_branch_on_a_value_computed_from_the_rank_is_not_told_to_sync_it(clean
 
 def test_a_loop_over_a_container_an_if_on_the_ranks_data_fills_is_found(tmp_path):
     """`for name, v in metrics.items(): dist.all_reduce(v)` runs once more on the ranks whose random draw added a
-    key: origins.loop_filled names the loop, the container, the statement that filled it and the `if` (with what
+    key: positions.loop_filled names the loop, the container, the statement that filled it and the `if` (with what
     its condition reads); a container filled alike on every rank (a step count, unconditionally) is not named."""
     src = tmp_path / "job.py"
     src.write_text(textwrap.dedent("""\
@@ -386,11 +386,11 @@ def test_a_loop_over_a_container_an_if_on_the_ranks_data_fills_is_found(tmp_path
     import ast
 
     tree = ast.parse(src.read_text())
-    got = origins.loop_filled(tree, str(src), 8)
+    got = positions.loop_filled(tree, str(src), 8)
     assert got is not None and (got["container"], got["test"], got["reads"]) == (
         "metrics", "random.random() >= 0.3", ["random.random()"]), got
     assert got["site"].endswith("job.py:5") and got["loop"].endswith("job.py:7") and got["filled"].endswith(":6")
     assert got.get("random") and "drawn from this rank's own random generator" in origins.because(got)
-    assert origins.loop_filled(tree, str(src), 13) is None  # `s % 10`: the same step on every rank
-    got = origins.loop_filled(tree, str(src), 19)
+    assert positions.loop_filled(tree, str(src), 13) is None  # `s % 10`: the same step on every rank
+    got = positions.loop_filled(tree, str(src), 19)
     assert got is not None and (got["container"], got["reads"]) == ("extra", ["batch"]) and "random" not in got

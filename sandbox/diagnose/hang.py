@@ -10,7 +10,7 @@ import re
 
 from sandbox import _paths, branches, words
 from sandbox.calls import is_collective, op_of, p2p_direction
-from sandbox.diagnose import cycles, framework, hosts, origins
+from sandbox.diagnose import cycles, framework, hosts, origins, positions
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -99,7 +99,7 @@ def missing(tracks, pend) -> Diagnosis | None:
         b = _data_branch(tracks, same, absent, p)
         if b is not None and "loop" in b:  # the call is in a loop whose rounds an `if` on the rank's data adds
             because = (f" {words.ranks(same).capitalize()} made it in the loop at {b['loop']} over"
-                       f" `{b['container']}`, which has more rounds on some ranks: {origins.filled_words(b)}"
+                       f" `{b['container']}`, which has more rounds on some ranks: {positions.filled_words(b)}"
                        f"{origins.because(b)}."
                        f" {origins.advice(b)}")
         else:
@@ -119,7 +119,7 @@ def _data_branch(tracks, same: list[int], absent: list[int], p: dict) -> dict | 
     that never arrives ran and is not waiting under that same `if` (so it went the other way). None under a
     rank-dependent `if`: the words for that one are the mismatch rule's, not said here."""
     frames = branches.frames_of(tracks.get(same[0]), p)
-    b = None if branches.rank_branch(frames) else (origins.data_branch(frames) or origins.loop_branch(frames))
+    b = None if branches.rank_branch(frames) else (origins.data_branch(frames) or positions.loop_branch(frames))
     if b is None or any(m not in tracks or not tracks[m].events for m in absent):
         return None  # a rank that never ran (or made no call) did not take the branch's other way: it never got there
     for m in absent:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sandbox import branches, calls, words
 from sandbox.calls import is_collective, op_of
-from sandbox.diagnose import origins
+from sandbox.diagnose import origins, positions
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis, Kind
 
@@ -258,7 +258,7 @@ def rank_branch_of(camps: list[list[int]], members: dict[int, dict], tracks: dic
     (read from a hung rank's stack, else from the call's site): on the rank itself (`if rank == 0:`), else on a
     value the rank read from its own data (`if sent_tokens == 0:`, origins.data_branch); or having left a loop the
     others are still in through an `if` on such a value (`if done: break`, origins.data_break); or, with no such
-    `if`, making the call in a loop over a container that such an `if` filled (origins.loop_branch): that branch,
+    `if`, making the call in a loop over a container that such an `if` filled (positions.loop_branch): that branch,
     and a sentence saying so."""
     def frames(r):
         t = tracks.get(r)
@@ -299,12 +299,12 @@ def rank_branch_of(camps: list[list[int]], members: dict[int, dict], tracks: dic
                            f" made {words.a(op_of(p))} that {words.ranks(others)} did not.")
         return b
     for rs in sorted(camps, key=len):  # no `if` around the call: a loop around it with more rounds on some ranks
-        b = origins.loop_branch(frames(rs[0]))
+        b = positions.loop_branch(frames(rs[0]))
         if b is not None:
             p = members[rs[0]]
             b["ranks"] = sorted(rs)
             b["words"] = (f"{words.ranks(rs).capitalize()} made {words.signature(p)} at {p.get('site')} in the loop"
                           f" at {b['loop']} over `{b['container']}`, which has more rounds on some ranks:"
-                          f" {origins.filled_words(b)}{origins.because(b)}.")
+                          f" {positions.filled_words(b)}{origins.because(b)}.")
             return b
     return None

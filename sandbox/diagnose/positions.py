@@ -1,17 +1,23 @@
-"""Whether a collective pairs tensors by position that each rank laid out in an order of its own, read from the
-source. An all_reduce adds its inputs element by element, and a broadcast writes the root's tensor over the others'
-place by place: a tensor stacked from a dict's values (or a list's items) holds them in the order the rank filled
-the dict, and a dict filled while walking the rank's own share of the data (`for i in range(rank, n, world)`,
-`for batch in loader` over a DistributedSampler) gets its keys in the order that share met them. Each rank's row 0
-is then a different key, and the sum adds unlike things: nothing fails, the numbers are wrong (after
-pytorch-lightning issue 20946: per-class metrics synced by stacking `dict.values()`).
+"""What a container the program filled holds on each rank, read from the source: its order, and how many items.
+
+A collective that pairs tensors by position needs one order on every rank. An all_reduce adds its inputs element by
+element, and a broadcast writes the root's tensor over the others' place by place: a tensor stacked from a dict's
+values (or a list's items) holds them in the order the rank filled the dict, and a dict filled while walking the
+rank's own share of the data (`for i in range(rank, n, world)`, `for batch in loader` over a DistributedSampler)
+gets its keys in the order that share met them. Each rank's row 0 is then a different key, and the sum adds unlike
+things: nothing fails, the numbers are wrong (after pytorch-lightning issue 20946: per-class metrics synced by
+stacking `dict.values()`). A loop of collectives over such a container pairs different keys' calls the same way.
 
 `data_order(site, op)` follows the call's tensor argument back through the assignments that reach it
 (`origins.reaching`) to a container iterated in it (`d.values()`, `d.items()`, `list(d)`, a comprehension or a
-loop over it), and says whether that container is filled under a loop or an `if` that reads the rank
-(`origins.source_of`), with the filled key or item read from that loop. `sorted(...)` (a fixed order) and a
-reduction (`sum`, `.mean()`, `len`) end the search: what they give back has no order of the container. Parsing
-only: no torch.
+loop over it), and says whether that container is filled in a loop over a value read from the rank
+(`origins.source_of`), or over another container ordered so, with the filled key or item read in that loop; or
+sorted by a key that reads the rank's own values. `sorted(...)` of the items themselves (a fixed order) and a
+reduction (`sum`, `.mean()`, `len`) end the search: what they give back has no order of the container.
+
+`loop_filled` says the other thing a container can differ in, on a failed run: how many items it holds, when an
+`if` on the rank's data decided which ones a rank added (the loop over it then runs a different number of rounds).
+Parsing only: no torch.
 """
 from __future__ import annotations
 
@@ -171,7 +177,7 @@ def _fills(scope: ast.AST, name: str):
 def _rank_filled(tree: ast.AST, name: str, use: ast.AST, depth: int) -> dict | None:
     """The first place, before `use`, that fills `name` in an order of the rank's own: inside a loop over a value
     read from the rank, or over a container ordered so, with the key or item read in that loop. (An `if` that reads
-    the rank decides which keys a rank has, not their order: `origins.loop_filled` says that of a failed run.)"""
+    the rank decides which keys a rank has, not their order: `loop_filled` says that of a failed run.)"""
     made = [node for node, value, kind in origins.reaching(tree, name, use)
             if kind == "set" and _new(_unpacked(node, name) if _is_tuple_assign(node) else value)]
     if not made or depth > 3:
@@ -202,3 +208,80 @@ def _reads_loop(loop: ast.AST, key: ast.AST) -> bool:
         if isinstance(n, ast.Assign) and n is not loop:
             bound |= {t.id for tt in n.targets for t in ast.walk(tt) if isinstance(t, ast.Name)}
     return any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(key))
+
+
+# ------------------------------------------------------------------ a container whose rounds differ between ranks
+
+def loop_filled(tree: ast.AST, path: str, line: int) -> dict | None:
+    """The loop around `line` runs once per item of a container (`for k, v in metrics.items()`) that an `if` with a
+    condition that can differ between ranks fills, earlier in the same function (`if draw: metrics["x"] = ...`):
+    so the loop, and the calls in it, run a different number of times on different ranks. data_branch's dict for
+    the first such `if`, with "loop" (its site), "container", "filled" (the site of the statement that adds to it),
+    and "fills": every such `if` and statement (which of them came out differently is the run's to say)."""
+    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor)) and n.body
+             and n.body[0].lineno <= line <= (n.end_lineno or n.lineno)]
+    for loop in sorted(loops, key=lambda n: -n.lineno):
+        it = loop.iter
+        while isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in ("enumerate", "list",
+                                                                                           "sorted", "reversed") \
+                and it.args:
+            it = it.args[0]
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys",
+                                                                                               "values"):
+            it = it.func.value
+        if not isinstance(it, ast.Name):
+            continue
+        scope = origins.scope_of(tree, loop)
+        parents = origins.parent_map(tree)
+        fills = []
+        for n in sorted(ast.walk(scope), key=lambda n: getattr(n, "lineno", 0)):
+            if getattr(n, "lineno", loop.lineno) >= loop.lineno or not _adds_to(n, it.id):
+                continue
+            up = parents.get(n)
+            while up is not None and up is not scope and not isinstance(up, ast.If):
+                up = parents.get(up)
+            found = origins.varying(tree, up) if isinstance(up, ast.If) else None
+            if found:
+                fills.append((up, n, found))
+        if fills:
+            up, n, found = fills[0]
+            taken = "if" if any(n is b or n in ast.walk(b) for b in up.body) else "else"
+            sources = set().union(*(f for _, _, got in fills for f in got.values()))
+            return {"test": " ".join(ast.unparse(up.test).split()), "site": f"{shown_path(path)}:{up.lineno}",
+                    "taken": taken, "reads": list(dict.fromkeys(r for _, _, got in fills for r in got)),
+                    "source": "data" if sources & {"data", "random"} else "rank",
+                    **({"random": True} if "random" in sources else {}),
+                    "loop": f"{shown_path(path)}:{loop.lineno}", "container": it.id,
+                    "filled": f"{shown_path(path)}:{n.lineno}",
+                    "fills": [{"test": " ".join(ast.unparse(u.test).split()), "site": f"{shown_path(path)}:{u.lineno}",
+                               "filled": f"{shown_path(path)}:{m.lineno}"} for u, m, _ in fills]}
+    return None
+
+
+def filled_words(b: dict) -> str:
+    """'`metrics` gets an item at job.py:6 under `if draw < p:` at job.py:5' (and each further such `if`)."""
+    return "; ".join(f"`{b['container']}` gets an item at {f['filled']} under `if {f['test']}:` at {f['site']}"
+                     for f in b.get("fills") or [b])
+
+
+def loop_branch(frames: list[tuple[str, int]]) -> dict | None:
+    """`loop_filled` for the first of these frames (innermost first) that has such a loop."""
+    for path, line in frames:
+        parsed = branches.parsed_source(path)
+        if parsed is not None:
+            found = loop_filled(parsed[0], path, line)
+            if found is not None:
+                return found
+    return None
+
+
+def _adds_to(n: ast.AST, name: str) -> bool:
+    """Does this statement add an item to the container `name` (`name[k] = v`, `name.append(v)`, ...)?"""
+    if isinstance(n, (ast.Assign, ast.AugAssign)):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+        return any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name
+                   for t in targets) or (isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)
+                                         and n.target.id == name)
+    return (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
+            and isinstance(n.value.func.value, ast.Name) and n.value.func.value.id == name
+            and n.value.func.attr in ("append", "extend", "update", "add", "insert", "setdefault"))
