@@ -29,9 +29,9 @@ _DEPTH = 8
 def root_space(site: str | None, op: str, arg: str) -> dict | None:
     """{"space": "global" | "group", "value": the argument as written, "group": the group as written, "made": where
     it took that kind (the site of the call that gave it), "how": that call as written, "compared": whether the
-    kind was read from a comparison, "at": the call's site}, for the call to `op` at `site` that passes `arg` (by name, or in torch's
-    position for it); for op "P2POp", every P2POp that the function of the batch_isend_irecv at `site` makes, all
-    of one kind. None where the source does not show one kind."""
+    kind was read from a comparison, "at": the call's site}, for the call to `op` at `site` that passes `arg` (by
+    name, or in torch's position for it); for op "P2POp", every P2POp that the function of the batch_isend_irecv
+    at `site` makes, all of one kind. None where the source does not show one kind."""
     frames = branches.site_frame(site)
     parsed = branches.parsed_source(frames[0][0]) if frames else None
     if parsed is None:
