@@ -32,7 +32,7 @@ def _sites(diagnosis, tracks: dict[int, RankTrack]) -> list[str]:
 
 
 def _filled_words(found: dict) -> str:
-    """How a container got an order of the rank's own: the fill, and the loop, `if` or sort behind it."""
+    """How a container got an order of the rank's own: the fill, and the loop or the sort behind it."""
     if found["by"] == "sorted":
         return f"`{found['iterated']}` at {found['at']} orders them by `{found['control']}`, a value of each rank's own"
     how = f"in the loop over `{found['control']}` at {found['site']}, which walks this rank's own share"
