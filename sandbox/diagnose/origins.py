@@ -218,7 +218,7 @@ def _bindings(scope: ast.AST, name: str):
             yield n, None, "import"
         elif isinstance(n, (*SCOPES, ast.ClassDef)) and getattr(n, "name", None) == name:
             yield n, None, "import"  # a function or class defined here: the same code on every rank
-        elif (isinstance(n, ast.Call) and _callee(n.func) in SYNCS and n.args
+        elif (isinstance(n, ast.Call) and callee(n.func) in SYNCS and n.args
               and isinstance(n.args[0], ast.Name) and n.args[0].id == name):
             yield n, None, "synced"
     if isinstance(scope, SCOPES):
@@ -237,7 +237,20 @@ def _targets(t: ast.AST) -> set[str]:
     return set()  # an attribute or an item set (x.a = ..., x[i] = ...): not a new value of a name
 
 
-def _callee(f: ast.AST) -> str:
+def unpacked(node: ast.AST, name: str) -> ast.AST | None:
+    """The item of a tuple assigned to a tuple of names that goes to `name` (`rank, world = dist.get_rank(),
+    dist.get_world_size()`); None where the assignment is not of that shape."""
+    for t in getattr(node, "targets", ()):
+        if isinstance(t, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List)) \
+                and len(t.elts) == len(node.value.elts):
+            for target, item in zip(t.elts, node.value.elts):
+                if isinstance(target, ast.Name) and target.id == name:
+                    return item
+    return None
+
+
+def callee(f: ast.AST) -> str:
+    """The name a call is made by: `all_reduce` of `dist.all_reduce(...)`, `f` of `f(...)`; "" for anything else."""
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
@@ -307,7 +320,7 @@ def _expr(tree: ast.AST, e: ast.AST, seen: set, depth: int) -> set[str]:
                               if isinstance(n, ast.Name) and n.id not in bound))
         return out
     if isinstance(e, ast.Call):
-        name = _callee(e.func)
+        name = callee(e.func)
         if WORLD.search(name):
             return {"const"}
         if branches.RANKISH.fullmatch(name):

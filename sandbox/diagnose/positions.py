@@ -30,7 +30,7 @@ from sandbox.words import shown_path
 # collectives that combine or replace their tensors place by place across ranks
 BY_POSITION = {"all_reduce", "reduce", "broadcast", "reduce_scatter", "reduce_scatter_tensor", "all_reduce_coalesced"}
 _ITERATE = {"values", "keys", "items"}
-_FILL = {"append", "extend", "insert", "setdefault", "update"}
+_FILL = {"append", "extend", "insert", "setdefault", "update", "add"}
 _NEW = {"dict", "list", "OrderedDict", "defaultdict"}
 _NO_ORDER = {"sorted", "sum", "len", "min", "max", "mean", "norm", "item", "numel", "count", "any", "all", "prod",
              "amax", "amin", "nansum", "logsumexp"}
@@ -54,7 +54,7 @@ def data_order(site: str | None, op: str) -> dict | None:
                     and n.body[0].lineno <= line <= (n.end_lineno or n.lineno)), key=lambda n: -n.lineno)
     todo = [(loop.iter, loop) for loop in loops]
     call = next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or 0)
-                 and _callee(n.func) == op), None)
+                 and origins.callee(n.func) == op), None)
     if op in BY_POSITION and call is not None and (call.args or call.keywords):
         todo.append((call.args[0] if call.args else call.keywords[0].value, None))
     for e, loop in todo:
@@ -83,9 +83,6 @@ def _ordered(tree: ast.AST, e: ast.AST, depth: int) -> dict | None:
     return None
 
 
-def _callee(f: ast.AST) -> str:
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-
 
 def _iterated(tree: ast.AST, e: ast.AST, depth: int, seen: set) -> list[tuple[str, str, ast.AST]]:
     """("container", its name, the expression that iterates it) for each container whose order `e`'s value keeps,
@@ -94,7 +91,7 @@ def _iterated(tree: ast.AST, e: ast.AST, depth: int, seen: set) -> list[tuple[st
         return []
     seen.add(id(e))
     if isinstance(e, ast.Call):
-        name = _callee(e.func)
+        name = origins.callee(e.func)
         if name == "sorted":
             key = next((k.value for k in e.keywords if k.arg == "key"), None)
             return [("sorted", ast.unparse(key), e)] if key is not None and "rank" in origins.source_of(tree, key) \
@@ -123,7 +120,7 @@ def _iterated(tree: ast.AST, e: ast.AST, depth: int, seen: set) -> list[tuple[st
     if isinstance(e, ast.Name):
         out = [("container", e.id, e)] if _is_container(tree, e) else []
         for node, value, kind in origins.reaching(tree, e.id, e):
-            value = _unpacked(node, e.id) if kind == "set" and _is_tuple_assign(node) else value
+            value = origins.unpacked(node, e.id) if kind == "set" and _is_tuple_assign(node) else value
             if value is not None and kind in ("set", "iter"):
                 if kind == "iter" and isinstance(value, ast.Name) and _is_container(tree, value):
                     out.append(("container", value.id, value))  # for k in d: the loop walks d's order
@@ -138,36 +135,30 @@ def _is_tuple_assign(node: ast.AST) -> bool:
     return isinstance(node, ast.Assign) and any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets)
 
 
-def _unpacked(node: ast.Assign, name: str) -> ast.AST | None:
-    """The item of a tuple assigned to a tuple of names that goes to `name` (`names, rows = [], []`)."""
-    for t in node.targets:
-        if isinstance(t, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List)) \
-                and len(t.elts) == len(node.value.elts):
-            for target, item in zip(t.elts, node.value.elts):
-                if isinstance(target, ast.Name) and target.id == name:
-                    return item
-    return None
-
 
 def _is_container(tree: ast.AST, e: ast.Name) -> bool:
     """Is this name, where it is used, a dict or list the program made empty and fills itself?"""
-    return any(kind == "set" and _new(_unpacked(node, e.id) if _is_tuple_assign(node) else value)
+    return any(kind == "set" and _new(origins.unpacked(node, e.id) if _is_tuple_assign(node) else value)
                for node, value, kind in origins.reaching(tree, e.id, e))
 
 
 def _new(v: ast.AST | None) -> bool:
     if isinstance(v, (ast.Dict, ast.List)):
         return not v.keys if isinstance(v, ast.Dict) else not v.elts
-    return isinstance(v, ast.Call) and _callee(v.func) in _NEW and not v.args[1:] and \
-        (not v.args or _callee(v.func) == "defaultdict")
+    return isinstance(v, ast.Call) and origins.callee(v.func) in _NEW and not v.args[1:] and \
+        (not v.args or origins.callee(v.func) == "defaultdict")
 
 
 def _fills(scope: ast.AST, name: str):
-    """(statement or call, the expression that picks the place) for each place the scope adds to `name`."""
+    """(statement or call, the expression that picks the place) for each place the scope adds to `name`:
+    `name[k] = v`, `name.append(v)` (or extend, insert, setdefault, update, add, wherever the call stands),
+    `name += [v]`."""
     for n in ast.walk(scope):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _FILL \
                 and isinstance(n.func.value, ast.Name) and n.func.value.id == name and n.args:
             yield n, n.args[0]
+        elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name:
+            yield n, n.value
         elif isinstance(n, (ast.Assign, ast.AugAssign)):
             for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
                 if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name:
@@ -179,7 +170,7 @@ def _rank_filled(tree: ast.AST, name: str, use: ast.AST, depth: int) -> dict | N
     read from the rank, or over a container ordered so, with the key or item read in that loop. (An `if` that reads
     the rank decides which keys a rank has, not their order: `loop_filled` says that of a failed run.)"""
     made = [node for node, value, kind in origins.reaching(tree, name, use)
-            if kind == "set" and _new(_unpacked(node, name) if _is_tuple_assign(node) else value)]
+            if kind == "set" and _new(origins.unpacked(node, name) if _is_tuple_assign(node) else value)]
     if not made or depth > 3:
         return None
     parents = origins.parent_map(tree)
@@ -234,8 +225,8 @@ def loop_filled(tree: ast.AST, path: str, line: int) -> dict | None:
         scope = origins.scope_of(tree, loop)
         parents = origins.parent_map(tree)
         fills = []
-        for n in sorted(ast.walk(scope), key=lambda n: getattr(n, "lineno", 0)):
-            if getattr(n, "lineno", loop.lineno) >= loop.lineno or not _adds_to(n, it.id):
+        for n, _ in sorted(_fills(scope, it.id), key=lambda f: f[0].lineno):
+            if n.lineno >= loop.lineno:
                 continue
             up = parents.get(n)
             while up is not None and up is not scope and not isinstance(up, ast.If):
@@ -273,15 +264,3 @@ def loop_branch(frames: list[tuple[str, int]]) -> dict | None:
             if found is not None:
                 return found
     return None
-
-
-def _adds_to(n: ast.AST, name: str) -> bool:
-    """Does this statement add an item to the container `name` (`name[k] = v`, `name.append(v)`, ...)?"""
-    if isinstance(n, (ast.Assign, ast.AugAssign)):
-        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-        return any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name
-                   for t in targets) or (isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)
-                                         and n.target.id == name)
-    return (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
-            and isinstance(n.value.func.value, ast.Name) and n.value.func.value.id == name
-            and n.value.func.attr in ("append", "extend", "update", "add", "insert", "setdefault"))

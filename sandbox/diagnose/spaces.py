@@ -43,7 +43,7 @@ def root_space(site: str | None, op: str, arg: str) -> dict | None:
         calls = [c for c in ast.walk(origins.scope_of(tree, calls[0])) if isinstance(c, ast.Call)]
     pos = 2 if op.startswith(("gather", "scatter", "P2P")) else 1  # (tensor, [list,] src/dst) and (op, tensor, peer)
     out = []
-    for call in (c for c in calls if _callee(c.func) == op):
+    for call in (c for c in calls if origins.callee(c.func) == op):
         e = next((k.value for k in call.keywords if k.arg == arg), None)
         if e is None and not arg.startswith("group_") and len(call.args) > pos:
             e = call.args[pos]
@@ -60,13 +60,10 @@ def root_space(site: str | None, op: str, arg: str) -> dict | None:
     return out[0] if out and len({f["space"] for f in out}) == 1 else None
 
 
-def _callee(f: ast.AST) -> str:
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-
 
 def _a_size(e: ast.AST) -> bool:
     """A number of ranks: len(...), get_world_size(...), group.size(), or a name that says so (world, world_size)."""
-    name = _callee(e.func) if isinstance(e, ast.Call) else _callee(e)
+    name = origins.callee(e.func) if isinstance(e, ast.Call) else origins.callee(e)
     return name in ("len", "size") or bool(origins.WORLD.search(name)) or name in ("world", "n_ranks", "nranks")
 
 
@@ -75,8 +72,8 @@ def _env_name(e: ast.AST) -> str | None:
     key = None
     if isinstance(e, ast.Subscript) and ast.unparse(e.value).endswith("environ"):
         key = e.slice
-    elif isinstance(e, ast.Call) and _callee(e.func) in ("get", "getenv") and e.args \
-            and ("environ" in ast.unparse(e.func) or _callee(e.func) == "getenv"):
+    elif isinstance(e, ast.Call) and origins.callee(e.func) in ("get", "getenv") and e.args \
+            and ("environ" in ast.unparse(e.func) or origins.callee(e.func) == "getenv"):
         key = e.args[0]
     return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
 
@@ -94,7 +91,7 @@ def _space(tree: ast.AST, e: ast.AST, found: dict, depth: int) -> set[str]:
     if isinstance(e, ast.Constant):
         return {"const"} if isinstance(e.value, int) else {"other"}
     if isinstance(e, ast.Call):
-        name = _callee(e.func)
+        name = origins.callee(e.func)
         if name == "get_rank":
             group = e.args[0] if e.args else next((k.value for k in e.keywords if k.arg == "group"), None)
             kind = GLOBAL if group is None or (isinstance(group, ast.Constant) and group.value is None) else GROUP
@@ -168,22 +165,12 @@ def _bound(tree: ast.AST, e: ast.Name, reach: list, found: dict, depth: int) -> 
         elif kind in ("set", "iter") and value is not None:
             if kind == "set" and isinstance(node, ast.Assign) and not any(isinstance(t, ast.Name) and t.id == e.id
                                                                           for t in node.targets):
-                value = _unpacked(node, e.id)  # rank, world = dist.get_rank(), dist.get_world_size()
+                value = origins.unpacked(node, e.id)  # rank, world = dist.get_rank(), dist.get_world_size()
             out |= _space(tree, value, found, depth + 1) if value is not None else {"other"}
         else:
             out.add("other")
     return out
 
-
-def _unpacked(node: ast.Assign, name: str) -> ast.AST | None:
-    """The item of a tuple assigned to a tuple of names that goes to `name`; None where it is not written out."""
-    for t in node.targets:
-        if isinstance(t, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List)) \
-                and len(t.elts) == len(node.value.elts):
-            for target, item in zip(t.elts, node.value.elts):
-                if isinstance(target, ast.Name) and target.id == name:
-                    return item
-    return None
 
 
 def _passed(tree: ast.AST, func: ast.AST, param: str, found: dict, depth: int) -> set[str]:
@@ -194,7 +181,7 @@ def _passed(tree: ast.AST, func: ast.AST, param: str, found: dict, depth: int) -
     method = bool(names) and names[0] in ("self", "cls")
     out: set[str] = set()
     for call in ast.walk(tree):
-        if not isinstance(call, ast.Call) or _callee(call.func) != func.name:
+        if not isinstance(call, ast.Call) or origins.callee(call.func) != func.name:
             continue
         given = next((k.value for k in call.keywords if k.arg == param), None)
         if given is None and param in names:
