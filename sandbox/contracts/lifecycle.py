@@ -102,8 +102,8 @@ def explain(diagnosis, warnings: list[ContractWarning], tracks: dict[int, RankTr
     Today: a device-mismatch error on a rank that an object collective handed tensors from other devices, and a
     receiver whose connection closed because the sender left with its isend never waited on."""
     root = _earlier_root(diagnosis, warnings, tracks)
-    if root is not None:
-        return root
+    if root is not None:  # the root's calls may have come from different threads: say so of the root
+        return explain_thread(root, tracks) or root
     argued = explain_arguments(diagnosis, warnings, tracks)
     if argued is not None:
         return argued

@@ -22,13 +22,15 @@ ADVICE = (" Calls on one process group are matched by the order each process iss
 
 def _calls_at(diagnosis, tracks: dict[int, RankTrack]) -> dict[int, dict]:
     """Each rank's call the failure stands on: its call of the diagnosis' number in the diagnosis' group (entered,
-    whether or not it returned), else the call it is blocked in, else the call that raised."""
+    whether or not it returned), else the call it is blocked in, else the call that raised. Where an earlier call of
+    the group is the root (details["root"]: unlike calls that gloo or NCCL let complete), that call."""
     out = {}
+    number = (diagnosis.details.get("root") or {}).get("seq", diagnosis.seq)
     for r, t in sorted(tracks.items()):
         at = None
-        if diagnosis.seq is not None and diagnosis.group:
+        if number is not None and diagnosis.group:
             at = next((p for (_g, seq), p in t.by_bucket.items()
-                       if seq == diagnosis.seq and list(p.get("group") or ()) == list(diagnosis.group)), None)
+                       if seq == number and list(p.get("group") or ()) == list(diagnosis.group)), None)
         at = at or t.pending or t.failed_call
         if at is not None:
             out[r] = at
