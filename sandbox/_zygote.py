@@ -349,17 +349,6 @@ def run(spec_path: str, parent: int) -> None:
             say(fatal=f"--gpu needs one GPU per rank: {spec['world_size']} ranks, {info['gpus']} GPU(s) visible.",
                 usage=True)
             return
-    try:
-        _prepare(spec)  # the user's module imported once, before the fork, so ranks share it
-    except BaseException as e:  # noqa: BLE001  reported to the parent as the run's failure
-        import traceback
-        say(fatal=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-6000:])
-        return
-    info["preloaded"] = [m for m in preload.PRELOAD if m in sys.modules]
-    seeds = 1 + len(SIBLINGS)
-    info["hash_seeds"] = seeds
-    say(**info)
-
     # several nodes: the store lives on node0 (as torchrun's agent store on the master node), made from here with
     # this thread inside node0's network namespace; one node: on this machine's loopback, as ever
     nodes = [Node(**n) for n in spec.get("nodes") or ()]
@@ -372,9 +361,21 @@ def run(spec_path: str, parent: int) -> None:
         listener.bind(("0.0.0.0" if nodes else "127.0.0.1", 0))
         listener.listen(1024)
     port = listener.getsockname()[1]
+    seeds = 1 + len(SIBLINGS)
     dealt = [list(range(spec["world_size"]))[z::seeds] for z in range(seeds)]  # rank r to zygote r % seeds
-    for conn, ranks in zip(SIBLINGS, dealt[1:]):  # first: they fork theirs while we fork ours
+    # the siblings first, before our own preparation: each imports the run's code (and the preload, seconds) beside
+    # us rather than after us. Should ours fail, our exit ends them and whatever they forked (their death signals)
+    for conn, ranks in zip(SIBLINGS, dealt[1:]):
         conn.send_bytes(pickle.dumps({"spec": raw, "port": port, "ranks": ranks}))
+    try:
+        _prepare(spec)  # the user's module imported once, before the fork, so ranks share it
+    except BaseException as e:  # noqa: BLE001  reported to the parent as the run's failure
+        import traceback
+        say(fatal=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-6000:])
+        return
+    info["preloaded"] = [m for m in preload.PRELOAD if m in sys.modules]
+    info["hash_seeds"] = seeds
+    say(**info)
     pids = _fork_ranks(spec, dealt[0], port, nodes, (listener.fileno(), PROTO_FD, *(c.fileno() for c in SIBLINGS)),
                        lambda r, pid: say(rank=r, pid=pid))
     with _signals_to_main_thread(), master():  # the store's own client connects to its listener, on node0 too
