@@ -86,8 +86,9 @@ def two_threads(calls=300):
 
 
 def bookkeeping_fails(busy_s=1.0):
-    """The tracer's bookkeeping after a send/recv that worked fails; rank 0 then computes for a while before the
-    barrier. Its last trace line must not leave it 'inside' the send, or the run looks hung."""
+    """The tracer's bookkeeping after a recv that worked fails; rank 0, the receiver, then computes for a while
+    before the barrier. Its last trace line must not leave it 'inside' the recv, or the run looks hung. (The send's
+    exit is only its exit line, the tracer's fast path: it has no bookkeeping to fail.)"""
     from sandbox.trace import inflight
 
     rank, _ = _init()
@@ -100,9 +101,9 @@ def bookkeeping_fails(busy_s=1.0):
     inflight.on_cuda = broken  # fault injection into the tracer's insides, undone right after the call
     try:
         if rank == 0:
-            dist.send(t, 1)
+            dist.recv(t, 1)
         else:
-            dist.recv(t, 0)
+            dist.send(t, 0)
     finally:
         inflight.on_cuda = real
     if rank == 0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 
 import torch
@@ -32,9 +33,9 @@ def _wrap(spec: Spec, fn):
         tls.depth = 1
         try:
             try:
-                call_id, ev = record.enter(spec, args, kwargs)
+                call_id, ev, plain = record.enter(spec, args, kwargs)
             except Exception as e:  # noqa: BLE001  the tracer must never break the user's call: it runs untraced
-                call_id = ev = None
+                call_id = ev = plain = None
                 record.tracer_error(spec.name, e)
             tls.work = None
             try:
@@ -43,7 +44,13 @@ def _wrap(spec: Spec, fn):
                 if call_id is not None:
                     record.exit_error(call_id, spec.name, e)
                 raise
-            if call_id is not None:
+            if plain:  # a synchronous call on CPU tensors: its exit line is all (record._plain_exit)
+                tls.work = None
+                try:
+                    os.write(sink.fd, events.exit_line(sink.rank, call_id, spec.name, time.time()))
+                except Exception as e:  # noqa: BLE001  the call worked: our bookkeeping must not make it fail
+                    record.exit_anyway(call_id, spec.name, e)
+            elif call_id is not None:
                 try:
                     record.returned(spec, call_id, ev, args, kwargs, out)
                 except Exception as e:  # noqa: BLE001  the call worked: our bookkeeping must not make it fail

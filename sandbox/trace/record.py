@@ -46,9 +46,10 @@ def _by_torch(caller) -> bool:
     return _paths.TORCH_DIR is not None and path.startswith(_paths.TORCH_DIR)
 
 
-def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | None]:
-    """Write the enter event of a call. Returns its id, and for an asynchronous call its fields (its Work's
-    `wait` repeats them). Writing the line is the last thing it does."""
+def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | None, bool]:
+    """Write the enter event of a call. Returns its id, for an asynchronous call its fields (its Work's `wait`
+    repeats them), and whether its exit is a plain exit line (`plain_exit`). Writing the line is the last thing it
+    does."""
     frame = describe.user_frame(2)
     code = frame.f_code if frame is not None else None
     thread = threading.get_ident()
@@ -69,14 +70,15 @@ def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | N
             # made by torch's own code (Join's shadow all_reduce, DDP's hooks), which waits on the Work in C++,
             # where no wait can be seen: not the user's request to wait on
             static["internal"] = True
-        hit = (events.fragment(static), static.get("gname", "?"), static, code)
+        hit = (events.fragment(static), static.get("gname", "?"), static, code,
+               spec.cacheable and _plain_exit(spec, static), _group(spec, args, kwargs))
         if key is not None:
             if len(static_cache) >= _STATIC_MAX:
                 static_cache.clear()
             static_cache[key] = hit
-    frag, gname, static, _ = hit
+    frag, gname, static, _, plain, group = hit
     kind = spec.kind
-    cseq = describe.backend_seq(spec.arg(args, kwargs, "group")) if kind == "coll" else None
+    cseq = describe.backend_seq(group) if kind == "coll" and group is not None else None
     with sink.lock:
         call_id = next(sink.ids)
         if kind == "coll":
@@ -85,11 +87,30 @@ def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | N
             seq = 0 if kind == "init" else None  # init opens the world group's sequence
         os.write(sink.fd, events.enter_line(sink.rank, call_id, time.time(), frag, seq, cseq))  # the hot path
     if not static.get("async"):
-        return call_id, None
+        return call_id, None, plain
     ev = {**static, "id": call_id}
     if seq is not None:
         ev["seq"] = seq
-    return call_id, ev
+    return call_id, ev, False
+
+
+def _plain_exit(spec: describe.Spec, static: dict) -> bool:
+    """Is the exit of this call (of a cached call site: its static fields) only an exit line once it returned? A
+    synchronous call on CPU tensors, not an object collective, not a recv (whose exit may say whom it got it from):
+    `returned` would write just that, after looking each of these up again (the tracer's hot path, per call)."""
+    return (not static.get("async") and not spec.op.objects and spec.name != "recv"
+            and spec.op.data is not None and all(d == "cpu" for d in static.get("devices") or ("?",)))
+
+
+def _group(spec: describe.Spec, args: tuple, kwargs: dict):
+    """The process group whose own count of collectives (`describe.backend_seq`) a collective's enter line carries:
+    the call's, else the default group (None before init). Cached with the call site's static part, which is
+    cleared whenever groups change."""
+    try:
+        return spec.arg(args, kwargs, "group") or dist.group.WORLD
+    except Exception:  # noqa: BLE001  no default group yet
+        return None
+
 
 
 def enter_wait(of: dict) -> int:
