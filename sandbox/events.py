@@ -126,6 +126,11 @@ def may_block(line: bytes) -> bool:
     return line.startswith(_ENTER_HEAD) or _INFLIGHT in line
 
 
+def is_enter(line: bytes) -> bool:
+    """Is this trace line the enter event of a call?"""
+    return line.startswith(_ENTER_HEAD)
+
+
 def is_done(line: bytes) -> bool:
     """Is this trace line a `done` event (an in-flight GPU call finished)?"""
     return line.startswith(_DONE_HEAD)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from sandbox import events, rundir
+from sandbox import calls, events, rundir
 from sandbox.events import RankTrack
 
 
@@ -67,6 +67,23 @@ class Procs:
     def may_block(self, t: RankTrack) -> bool:
         """Cheap: may rank t be inside a distributed call?"""
         return t.pending is not None
+
+    def pending_call(self, t: RankTrack) -> dict | None:
+        """Cheap: the call rank t is inside, as far as `may_block` knows it (None where it cannot tell)."""
+        return t.pending
+
+    def in_one_call(self, live: list[RankTrack]) -> bool:
+        """Are the live ranks all inside one and the same collective, of a group made of exactly them? Then none of
+        them waits for a rank that is elsewhere: they are meeting, not stuck, and no rule of the judge can prove
+        otherwise while the traces move (a loop of collectives is there about half of the time). Quiet traces, a
+        failure or the time limit are looked at whatever this says."""
+        got = {t.rank: self.pending_call(t) for t in live}
+        ps = list(got.values())
+        if len(ps) < 2 or any(p is None or p.get("op") == "wait" or not calls.is_collective(p) for p in ps):
+            return False
+        first = ps[0]
+        return (all((p.get("gname"), p.get("seq")) == (first.get("gname"), first.get("seq")) for p in ps)
+                and sorted(first.get("group") or ()) == sorted(got) and not calls.disagreements(got, calls.FULL))
 
     # ------------------------------------------------------------------------------------------- signal, end
     def signal(self, ranks: list[RankTrack], sig: int) -> list[int]:

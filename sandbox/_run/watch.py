@@ -124,7 +124,8 @@ class Watching:
             live = self._live()
             blocked = all(self.procs.may_block(t) for t in live)
             quiet = now - last_change >= self.settings.hang_after and now - asked >= self.settings.hang_after
-            if fail_t is None and not blocked and now - start <= self.settings.timeout and not quiet:
+            if fail_t is None and now - start <= self.settings.timeout and not quiet and (
+                    not blocked or self.procs.in_one_call(live)):
                 continue
             # while the view takes calls from dumps, they are true only as of when they were asked for: ask again,
             # blocked or not, once the traces are quiet (dumps behind the traces are left out of the view meanwhile)

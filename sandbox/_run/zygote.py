@@ -143,6 +143,12 @@ class ZygoteProcs(Procs):
             return t.pending is not None
         return events.may_block(last)
 
+    def pending_call(self, t: RankTrack) -> dict | None:
+        """The call of rank t's last trace line, when that is the enter of a call still running (one line parsed;
+        after an in-flight or `done` line, None: the parsed track would be needed)."""
+        last = self.last[t.rank]
+        return events.parse(last) if events.is_enter(last) else None
+
     def over(self, elapsed: float) -> bool:
         return self.channel.eof or self.zygote_done or self.fatal is not None or all(
             t.exit_code is not None for t in self.ranks.values())
