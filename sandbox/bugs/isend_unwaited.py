@@ -79,7 +79,7 @@ def _alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ")[1][0] not in "ZX"  # a zombie has already closed its sockets
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or reaped between open and read
         return False
 
 
