@@ -48,7 +48,7 @@ def _by_torch(caller) -> bool:
 
 def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | None, bool]:
     """Write the enter event of a call. Returns its id, for an asynchronous call its fields (its Work's `wait`
-    repeats them), and whether its exit is a plain exit line (`plain_exit`). Writing the line is the last thing it
+    repeats them), and whether its exit is a plain exit line (`_plain_exit`). Writing the line is the last thing it
     does."""
     frame = describe.user_frame(2)
     code = frame.f_code if frame is not None else None
@@ -110,7 +110,6 @@ def _group(spec: describe.Spec, args: tuple, kwargs: dict):
         return spec.arg(args, kwargs, "group") or dist.group.WORLD
     except Exception:  # noqa: BLE001  no default group yet
         return None
-
 
 
 def enter_wait(of: dict) -> int:
