@@ -76,23 +76,39 @@ def test_the_twins_with_a_group_of_their_own_or_a_join_pass_with_no_warning(runs
 
 def test_a_thread_is_named_where_the_unlike_calls_passed_and_a_later_call_failed(runs, t1_trace, tmp_path):
     """What CI once saw of t1 under load: rank 0's call #2 (its main loop's gradients) returned against rank 1's
-    thread's one-float all_reduce, rank 0's own thread then waited in call #3 while rank 1's main loop entered its
-    call #3, and rank 1 aborted. From this run's real trace, edited that way: the root is call #2, rank 1 is the
-    culprit, and the thread is named of the root's calls (before, it was said of neither)."""
+    thread's one-float all_reduce, rank 0's own thread then failed in call #3 (its peer gone) while rank 1's main
+    loop was entering its call #3, and rank 1 aborted. Made from this run's real trace (its start-up lines, and an
+    enter of each call as the template, whatever order this run took): the root is call #2, rank 1 is the culprit,
+    and the thread is named of the root's calls (before, it was said of neither)."""
     edited = tmp_path / "edited"
-    shutil.copytree(t1_trace, edited, ignore=shutil.ignore_patterns("stack-*", "fr-*"))
-    ev = {r: [json.loads(line) for line in (edited / f"rank-{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
-    enter = {r: {e.get("seq"): e for e in ev[r] if e["ev"] == "enter" and e.get("op") == "all_reduce"} for r in ev}
-    assert enter[0][2].get("thread") is None and enter[1][2].get("thread") == "metrics-logger", enter
-    rank1 = [e for e in ev[1] if e["ev"] != "end" and (e["ev"] != "enter" or e.get("seq", 0) <= 2)]
-    rank1.append({**enter[0][2], "rank": 1, "id": max(e["id"] for e in rank1 if "id" in e) + 1, "seq": 3,
-                  "cseq": 2, "t": enter[1][2]["t"] + 0.1})  # its main loop's next gradients, as rank 0's #2
-    ev[1] = rank1 + [e for e in ev[1] if e["ev"] == "end"]
-    for e in ev[0]:  # rank 0's #2 returned
-        if e["ev"] == "exit" and e["id"] == enter[0][2]["id"]:
-            e.pop("error", None)
-    for r in ev:
-        (edited / f"rank-{r}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ev[r]))
+    edited.mkdir()
+    ev = {r: [json.loads(line) for line in (t1_trace / f"rank-{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
+    enters = [e for r in ev for e in ev[r] if e["ev"] == "enter" and e.get("op") == "all_reduce"]
+    grad = next(e for e in enters if e.get("thread") is None)
+    logger = next(e for e in enters if e.get("thread") == "metrics-logger")
+    lost = "[pair.cc:537] Read error [127.0.0.1]:1: Connection reset by peer."
+    for r in (0, 1):
+        head = ev[r][:next(i for i, e in enumerate(ev[r]) if e["ev"] == "enter" and e.get("op") == "all_reduce")]
+        t = head[-1]["t"]
+        ids = iter(range(100, 110))
+
+        def call(template, seq, done=True, error=None):
+            e = {**template, "rank": r, "id": next(ids), "seq": seq, "cseq": seq - 1, "t": t + seq}
+            out = {"ev": "exit", "rank": r, "id": e["id"], "op": "all_reduce", "t": t + seq + 0.5}
+            return [e] + ([{**out, "error": error} if error else out] if done else [])
+        lines = head + call(grad, 1)
+        if r == 0:
+            lines += call(grad, 2) + call(logger, 3, error=f"RuntimeError: {lost}")
+            lines.append({"ev": "end", "rank": 0, "outcome": "error", "t": t + 4, "error": {
+                "type": "RuntimeError", "message": lost, "site": logger["site"]}})
+        else:
+            lines += call(logger, 2, done=False) + call(grad, 3, done=False)
+        (edited / f"rank-{r}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    for name in ("meta.json",):
+        shutil.copy(t1_trace / name, edited / name)
+    (edited / "ended.json").write_text(json.dumps({"stopped_for": None, "ranks": {
+        "0": {"pid": 1, "exit_code": 1, "ended_by_sandbox": False},
+        "1": {"pid": 2, "exit_code": -6, "ended_by_sandbox": False}}}))
     d = load_result(str(edited)).diagnosis
     assert d.details.get("root", {}).get("seq") == 2, d.summary
     _names_the_thread(d, "metrics-logger", [1])
