@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 
+import jinja2  # mkdocs' own templating: always there where this file runs
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
@@ -301,25 +302,19 @@ def on_config(config):
     return config
 
 
-class _CompiledTemplates:
-    """A Jinja bytecode cache in memory (jinja2.BytecodeCache: each bucket is keyed by the template's name and
-    file, and checked against its source's checksum, so a changed template is compiled again)."""
+class _CompiledTemplates(jinja2.BytecodeCache):
+    """Jinja bytecode in memory (each bucket is keyed by the template's name and file, and checked against its
+    source's checksum, so a changed template is compiled again)."""
 
     def __init__(self):
-        import jinja2
+        self.code: dict[str, bytes] = {}
 
-        class Cache(jinja2.BytecodeCache):
-            def __init__(self):
-                self.code: dict[str, bytes] = {}
+    def load_bytecode(self, bucket):
+        if bucket.key in self.code:
+            bucket.bytecode_from_string(self.code[bucket.key])
 
-            def load_bytecode(self, bucket):
-                if bucket.key in self.code:
-                    bucket.bytecode_from_string(self.code[bucket.key])
-
-            def dump_bytecode(self, bucket):
-                self.code[bucket.key] = bucket.bytecode_to_string()
-        self.by_exporter: dict[type, jinja2.BytecodeCache] = {}
-        self.new = Cache
+    def dump_bytecode(self, bucket):
+        self.code[bucket.key] = bucket.bytecode_to_string()
 
 
 def share_compiled_templates() -> None:
@@ -334,12 +329,12 @@ def share_compiled_templates() -> None:
     make = TemplateExporter.__dict__.get("_create_environment")
     if make is None or getattr(make, "_shared", False):
         return
-    caches = _CompiledTemplates()
+    caches: dict[type, _CompiledTemplates] = {}
 
     def _create_environment(self):
         env = make(self)
         if env.bytecode_cache is None:
-            env.bytecode_cache = caches.by_exporter.setdefault(type(self), caches.new())
+            env.bytecode_cache = caches.setdefault(type(self), _CompiledTemplates())
         return env
     _create_environment._shared = True
     TemplateExporter._create_environment = _create_environment
