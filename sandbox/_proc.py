@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
+import signal
+import time
 import traceback
 
 _PR_SET_PDEATHSIG = 1
 EARLY_EXIT = 70  # a rank that failed before its user code could run (EX_SOFTWARE)
+REMOVE_S = 2.0  # how long remove_dir tries: a killed writer is gone within milliseconds, even under load
 
 
 def die_with_parent(sig: int, parent: int) -> None:
@@ -30,3 +34,38 @@ def report_failure(what: str) -> None:
         os.write(2, text[-16000:].encode(errors="backslashreplace"))
     except OSError:  # fd 2 is closed or its disk full: there is nowhere left to say it; the exit code still does
         pass
+
+
+def kill_group_but_me() -> None:
+    """SIGKILL every other process of this process's group: a run's zygote ending an orphaned run ends its siblings
+    and their ranks (which it did not fork, and so cannot reap) before it removes the run directory, so that none
+    writes a file there meanwhile. Linux: the group's members are read from /proc; elsewhere this does nothing, and
+    the zygote's own killpg still ends them after."""
+    me, group = os.getpid(), os.getpgid(0)
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            # after the command's closing parenthesis: state, ppid, pgrp
+            if int(stat[stat.rindex(b")") + 2:].split()[2]) == group:
+                os.kill(int(name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):  # it ended meanwhile (or is not ours to signal)
+            pass
+
+
+def remove_dir(path: str, within: float = REMOVE_S) -> None:
+    """Remove `path` and everything under it, again until it is gone (bounded by `within` seconds): SIGKILL is
+    delivered asynchronously, so a process being killed may still finish creating a file after rmtree listed the
+    folder, and that rmtree then leaves the folder behind."""
+    deadline = time.monotonic() + within
+    while True:
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path) or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)

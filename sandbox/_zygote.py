@@ -23,7 +23,6 @@ import json
 import os
 import pickle
 import select
-import shutil
 import signal
 import socket
 import sys
@@ -31,7 +30,7 @@ import threading
 from multiprocessing.connection import Connection
 
 from sandbox import defaults, preload
-from sandbox._proc import EARLY_EXIT, die_with_parent, report_failure
+from sandbox._proc import EARLY_EXIT, die_with_parent, kill_group_but_me, remove_dir, report_failure
 from sandbox.nodes import Node
 
 PROTO_FD = 1  # the pipe (or socket) to the parent; moved off fd 1 so stray prints cannot corrupt it
@@ -65,8 +64,9 @@ def _ending(run_dir: str | None, owns_dir: bool):
                 os.waitpid(pid, 0)  # SIGKILL cannot be refused: this returns at once
             except (ProcessLookupError, ChildProcessError):  # that rank had already ended and been reaped
                 pass
+        kill_group_but_me()  # the siblings and their ranks: they would go on writing in the run directory
         if run_dir and owns_dir:
-            shutil.rmtree(run_dir, ignore_errors=True)
+            remove_dir(run_dir)
         os.killpg(0, signal.SIGKILL)
     return orphaned
 

@@ -7,9 +7,9 @@ The functions are for `launch`; the same file is a script for the CLI tests:
     python -m sandbox.run -n 2 --json tests/scenarios_proc.py STAGE [NOTES_DIR]
 
 STAGE is `allreduce` (a correct run that prints its rendezvous port; no NOTES_DIR), `sleepy` (the ranks note that
-they started, then sleep), `busy` (each rank starts a child process, then sits in its own code) or `deaf_hang` (each
-rank starts a child, then hangs in a collective mismatch with SIGUSR1 caught at the C level only, so its stack
-never comes and the sandbox waits for it).
+they started, then sleep), `litter` (the ranks make files in the run's directory without pause), `busy` (each
+rank starts a child process, then sits in its own code) or `deaf_hang` (each rank starts a child, then hangs in a
+collective mismatch with SIGUSR1 caught at the C level only, so its stack never comes and the sandbox waits for it).
 """
 import datetime
 import os
@@ -103,6 +103,23 @@ def deaf_hang(notes: str):
     _mismatch(rank)
 
 
+def litter(notes: str, seconds: float = 60):
+    """Every rank notes its pid, then makes new files in the run's directory (its log's folder: fd 1) without pause:
+    a rank still writing there when its run is ended, as one that dumps its stacks or a Flight Recorder trace as
+    a peer dies."""
+    rank = os.environ["RANK"]
+    run_dir = os.path.dirname(os.readlink("/proc/self/fd/1"))
+    note(notes, f"writing-{rank}", str(os.getpid()))
+    deadline = time.monotonic() + float(seconds)
+    i = 0
+    while time.monotonic() < deadline:
+        try:
+            open(os.path.join(run_dir, f"litter-{rank}-{i}"), "w").close()
+        except OSError:  # the directory is gone: the rank is about to be
+            pass
+        i += 1
+
+
 def allreduce():
     """examples/allreduce.py, saying which rendezvous port this rank was given."""
     rank, world = _init()
@@ -115,4 +132,4 @@ def allreduce():
 
 if __name__ == "__main__":
     stage, *args = sys.argv[1:]
-    {"sleepy": sleepy, "busy": busy, "deaf_hang": deaf_hang, "allreduce": allreduce}[stage](*args)
+    {"sleepy": sleepy, "busy": busy, "litter": litter, "deaf_hang": deaf_hang, "allreduce": allreduce}[stage](*args)

@@ -123,6 +123,20 @@ def test_thirty_mixed_runs_leave_nothing():
     assert sandbox_dirs() - dirs == set()
 
 
+def test_an_orphaned_run_removes_its_directory_while_its_ranks_write_in_it(tmp_path, clean):
+    """The CLI killed outright while every rank makes files in the run's directory: its zygote ends the run and
+    removes the directory. Rank 1 is the sibling zygote's (the product's two hash seeds), which the run's zygote
+    did not fork: were it still writing while the directory is removed, a file made after rmtree listed the folder
+    would keep the folder (`clean` checks that none is left)."""
+    p = _cli("-n", "2", PROC, "litter", str(tmp_path))
+    try:
+        wait_for(lambda: len(scenarios_proc.read_notes(str(tmp_path), "writing-")) == 2 or None,
+                 "both ranks to write in the run directory", timeout=60)
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+
+
 def test_eight_concurrent_runs_all_pass(clean):
     procs = [_cli("-n", "4", "--json", PROC, "allreduce") for _ in range(8)]
     results = []

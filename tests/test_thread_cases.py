@@ -22,10 +22,11 @@ pytestmark = pytest.mark.slow  # real runs of a dozen programs: the full suite's
 
 CASES = os.path.join(os.path.dirname(__file__), "data", "threads")
 # file, ranks, the thread's name (as threading names it: an unnamed thread's number is its process's count of
-# threads so far), the ground truth's culprit ranks
-FAULTY = [("t1_metrics_logger", 2, "metrics-logger", [1]), ("t2_async_checkpoint", 3, "async-ckpt_0", [2]),
-          ("t3_heartbeat_timer", 4, r"Thread-\d+", [3]), ("t4_background_eval", 4, "async-eval", [1, 3]),
-          ("t5_prefetch_sampler", 3, r"Thread-\d+ \(prefetch_epochs\)", [0])]
+# threads so far), the ground truth's culprit ranks, and the ranks whose call at the mismatch came from the thread
+# in the ground truth's runs (its schedule: the culprits are those of that schedule)
+FAULTY = [("t1_metrics_logger", 2, "metrics-logger", [1], [1]), ("t2_async_checkpoint", 3, "async-ckpt_0", [2], [2]),
+          ("t3_heartbeat_timer", 4, r"Thread-\d+", [3], [3]), ("t4_background_eval", 4, "async-eval", [1, 3], [1, 3]),
+          ("t5_prefetch_sampler", 3, r"Thread-\d+ \(prefetch_epochs\)", [0], [1, 2])]
 TWINS = [("ok1_metrics_logger_own_group", 2), ("ok2_async_checkpoint_wait", 3)]
 
 
@@ -47,23 +48,28 @@ def runs(t1_trace):
     return done
 
 
-@pytest.mark.parametrize("name, n, thread, culprits", FAULTY, ids=[c[0] for c in FAULTY])
-def test_a_collective_from_a_second_thread_is_named_with_its_thread(runs, name, n, thread, culprits):
+@pytest.mark.parametrize("name, n, thread, culprits, from_thread", FAULTY, ids=[c[0] for c in FAULTY])
+def test_a_collective_from_a_second_thread_is_named_with_its_thread(runs, name, n, thread, culprits, from_thread):
     res = runs[name]
     d = res.diagnosis
     assert not res.ok, (res.verdict, d.summary)
-    _names_the_thread(d, thread, culprits)
+    _names_the_thread(d, thread, culprits, from_thread)
 
 
-def _names_the_thread(d, thread, culprits):
+def _names_the_thread(d, thread, culprits, from_thread):
     # where gloo let the unlike calls pass (one rank went on to its next call before the other aborted), the run
     # fails at a later call and the diagnosis leads with the earlier one as the root; either way the thread is named
     assert d.kind == "collective_mismatch" or (
         d.summary.startswith("The cause comes earlier: ") and d.details.get("root")), d.summary
-    assert d.culprit_ranks == culprits, d.summary
     named = d.details.get("thread") or {}
     odd = sorted(int(r) for r, t in named.items() if t is not None and re.fullmatch(thread, t))
     assert odd and None in named.values() and len(set(named.values())) == 2, named
+    if odd == from_thread:  # the ground truth's schedule: its culprits
+        assert d.culprit_ranks == culprits, d.summary
+    else:  # the run took another (the programs race a timer against their data loading: under load, ranks 1 and 2
+        # of t3 can be late for their step's all_reduce too); the culprits are still one side of the split
+        main = sorted(int(r) for r, t in named.items() if t is None)
+        assert d.culprit_ranks in (odd, main), (d.culprit_ranks, named, d.summary)
     assert re.search(f"from the thread `{thread}` \\(in `\\w+`\\)", d.summary), d.summary
     assert "from the main thread" in d.summary and "group of its own" in d.summary, d.summary
 
@@ -111,4 +117,4 @@ def test_a_thread_is_named_where_the_unlike_calls_passed_and_a_later_call_failed
         "1": {"pid": 2, "exit_code": -6, "ended_by_sandbox": False}}}))
     d = load_result(str(edited)).diagnosis
     assert d.details.get("root", {}).get("seq") == 2, d.summary
-    _names_the_thread(d, "metrics-logger", [1])
+    _names_the_thread(d, "metrics-logger", [1], [1])

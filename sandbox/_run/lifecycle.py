@@ -9,12 +9,12 @@ poll, every step of the teardown is bounded, and `Interrupted` is raised once no
 from __future__ import annotations
 
 import logging
-import shutil
 import signal
 import tempfile
 import time
 
 from sandbox import faults as faultlib, policy
+from sandbox._proc import remove_dir
 from sandbox._run import asks, options
 from sandbox._run.assemble import Assembling
 from sandbox._run.options import Interrupted
@@ -109,4 +109,4 @@ class Lifecycle(Watching, Stopping, Assembling):
         if self.cluster is not None:  # after the processes: it ends what is still inside a node, then the nodes
             self.cluster.close()
         if self.owns_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            remove_dir(self.dir)  # again if a rank being killed still made a file in it
