@@ -17,10 +17,11 @@ _CHECKOUT = os.path.exists(os.path.join(PROJECT, "pyproject.toml"))  # not site-
 # device check raises is reported at the user's op, as a real device's would be) and the catalogue's `init()`
 # helper and rank entry (a bug's init is reported in the bug's module), and compat.py (a call made through it is
 # reported at the caller's line); the bug modules and user code are not.
-# trace.py: the tracer before it was a package, as a stack read from an older trace directory names it
+# trace.py and _zygote.py: the tracer and the zygote before each was a package, as a stack read from an older trace
+# directory names them
 _FILES = ("trace.py", "rank.py", "_zygote.py", "launcher.py", "primitives.py", "simulate.py", "compat.py",
           os.path.join("bugs", "__init__.py"), os.path.join("bugs", "_entry.py"))
-_DIRS = ("trace",)
+_DIRS = ("trace", "_zygote")
 PLUMBING_FILES = frozenset(os.path.join(_HERE, f) for f in _FILES)
 _PLUMBING_DIRS = tuple(os.path.join(_HERE, d) + os.sep for d in _DIRS)
 _PLUMBING_SUFFIXES = tuple(os.sep + os.path.join("sandbox", f) for f in _FILES)

@@ -1,0 +1,92 @@
+"""A warm zygote: torch imported once, then a child forked per run that becomes that run's zygote."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+from multiprocessing.connection import Connection
+
+from sandbox import defaults, preload
+from sandbox._proc import die_with_parent, report_failure
+from sandbox._zygote import common
+from sandbox._zygote.common import (SIBLINGS, WARM_CHILDREN, WARM_SIBLINGS, ending, pid_alive, run_environment,
+                                    signals_to_main_thread)
+from sandbox._zygote.run import run
+
+
+def end_warm(signum=None, frame=None) -> None:
+    """The warm zygote's end (its launcher died, or closed the control socket): end every run it started."""
+    for pid in list(WARM_CHILDREN):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:  # that run already ended
+            pass
+    os._exit(0)
+
+
+def serve(control: socket.socket) -> None:
+    """Fork one run-zygote per request, from this process's warm state (torch imported, tracer installed).
+
+    A request is one JSON line {"spec": path, "cwd": dir, "environ": {...}, "log": path} with one file descriptor
+    attached (SCM_RIGHTS): the run's own pipe to the launcher. The reply is {"pid": P}: P leads the run's process
+    group. Closing the control socket ends the warm zygote and every run it started."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # runs are reaped by the kernel: no zombies to collect
+    while True:
+        if preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
+            # idle (the first run, asked for at start, is already forked): later runs fork with it in place; as for
+            # torch, a thread started inside must leave SIGTERM to the main thread
+            with signals_to_main_thread():
+                preload.run()
+        try:
+            msg, fds, _, _ = socket.recv_fds(control, 65536, 4)
+        except InterruptedError:  # a signal; recv_fds is retried
+            continue
+        if not msg:
+            end_warm()
+        req = json.loads(msg)
+        seeds = min(int(req["environ"].get(defaults.HASH_SEEDS_ENV, "1")), 1 + len(WARM_SIBLINGS))
+        pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(seeds - 1)]
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setpgid(0, 0)
+                control.close()
+                for sib in WARM_SIBLINGS:
+                    sib.close()
+                SIBLINGS[:] = [Connection(ours.detach()) for ours, theirs in pairs]
+                for _, theirs in pairs:
+                    theirs.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # this run waits for its own ranks
+                become_run(req, fds[0], parent=os.getppid())
+            except BaseException:  # noqa: BLE001  the run could not start: its log says why, the launcher sees EOF
+                report_failure("the run could not start:")
+            finally:
+                os._exit(0)
+        try:
+            os.setpgid(pid, pid)  # both sides set it, so the launcher can end the group whichever ran first
+        except (PermissionError, ProcessLookupError):  # the child already did it (or already ended)
+            pass
+        for fd in fds:
+            os.close(fd)
+        for sib, (ours, theirs) in zip(WARM_SIBLINGS, pairs):  # each warm sibling forks this run's sibling
+            try:
+                socket.send_fds(sib, [json.dumps({**req, "z1": pid}).encode()], [theirs.fileno()])
+            except OSError:  # that warm sibling is gone: the run's zygote sees EOF and reports its ranks lost
+                pass
+            ours.close()
+            theirs.close()
+        WARM_CHILDREN.add(pid)
+        WARM_CHILDREN.intersection_update(p for p in WARM_CHILDREN if pid_alive(p))
+        control.sendall((json.dumps({"pid": pid}) + "\n").encode())
+
+
+def become_run(req: dict, channel_fd: int, parent: int) -> None:
+    """In a child of the warm zygote: become the zygote of one run, as a cold one would be."""
+    common.PROTO_FD = channel_fd
+    run_environment(req)
+    signal.signal(signal.SIGTERM, ending(os.environ.get("SANDBOX_RUN_DIR"),
+                                          os.environ.get("SANDBOX_OWNS_DIR") == "1"))
+    die_with_parent(signal.SIGTERM, parent)  # the warm zygote gone: end this run too
+    run(req["spec"], parent)
