@@ -6,7 +6,8 @@ At build time it
   `python -m sandbox.repro SLUG --variant broken --json`, from its JSON (`RunResult.to_dict()`, the contract every
   tool reads) with the sandbox's own report, never by scraping what a terminal shows; the bugs run in two batches,
   each one process whose runs fork from one warm zygote (docs/bug_runs.py); a test session that has run them
-  already (test_catalogue) passes its runs instead (`DOCS_BUG_RUNS=DIR`), so each runs once per session;
+  already (test_catalogue, the labs) passes its runs instead (`SANDBOX_SHARED_RUNS=DIR`), so each runs once
+  per session;
 - executes every lab (`labs/*.ipynb`, committed without outputs) in a real kernel, in parallel (docs/labs_run.py),
   and hands the executed copies to mkdocs-jupyter, which renders them under `labs/`; a test session that has
   executed them already passes its copies instead (`DOCS_EXECUTED_LABS=DIR`, tests/conftest.py), so each lab runs

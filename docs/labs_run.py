@@ -66,11 +66,12 @@ def kernelspec(folder: str) -> str:
     return jupyter
 
 
-def execute(path: str, dest: str, jupyter_path: str) -> dict:
-    """Execute one lab into `dest`, in its own kernel (in a subprocess, so several can run at once). Once: a lab
-    that fails is a lab to fix, not to run again. {"rc", "dest", "stderr", "seconds"}."""
+def execute(path: str, dest: str, jupyter_path: str, extra_env: dict | None = None) -> dict:
+    """Execute one lab into `dest`, in its own kernel (in a subprocess, so several can run at once), with
+    `extra_env` added to its environment. Once: a lab that fails is a lab to fix, not to run again. {"rc", "dest",
+    "stderr", "seconds"}."""
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    e = env()
+    e = dict(env(), **(extra_env or {}))
     e["JUPYTER_PATH"] = os.pathsep.join(filter(None, [jupyter_path, e.get("JUPYTER_PATH")]))
     t0 = time.monotonic()
     try:

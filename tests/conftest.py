@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from sandbox import nodes, warm
+from sandbox.bugs import SHARED_RUNS_ENV, registry, shared_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/scenarios.py is importable by the ranks
@@ -262,7 +263,8 @@ def executed_lab(path: str) -> dict:
         with open(os.path.join(base, "kernel.lock"), "w") as klock:
             fcntl.flock(klock, fcntl.LOCK_EX)
             jupyter = labs_run.kernelspec(base)  # written under its own lock: two workers must not interleave it
-        r = labs_run.execute(path, os.path.join(base, name), jupyter)
+        # its kernel's catalogue runs on the documented ranks are the session's (test_catalogue's, the build's)
+        r = labs_run.execute(path, os.path.join(base, name), jupyter, {SHARED_RUNS_ENV: _shared("catalogue-runs")})
         with open(done, "w") as f:
             json.dump(r, f)
         return dict(r, cached=False)
@@ -271,8 +273,8 @@ def executed_lab(path: str) -> dict:
 def catalogue_run(slug: str, variant: str):
     """A catalogue variant's run on its documented ranks (a VariantRun), once per test run: the first worker to ask
     runs it, and every later asker reads it, the docs build among them (it draws each bug page's broken run from
-    this one: DOCS_BUG_RUNS, docs/bug_runs.py `shared`)."""
-    return docs_module("bug_runs").shared(_shared("catalogue-runs"), slug, variant)
+    this one; the labs' kernels too: SANDBOX_SHARED_RUNS, sandbox.bugs.shared_run)."""
+    return shared_run(_shared("catalogue-runs"), registry()[slug], variant)
 
 
 def docs_module(name: str):
@@ -298,7 +300,7 @@ def _build_site(dest: str) -> tuple[int, str]:
     if failed:  # the build would stop on these: say which lab failed, with what it printed
         return 1, "labs failed to execute:\n" + "\n".join(failed)
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1", NO_COLOR="1",  # the variable quiets Material's banner
-               DOCS_EXECUTED_LABS=_shared("labs-executed"), DOCS_BUG_RUNS=_shared("catalogue-runs"))
+               DOCS_EXECUTED_LABS=_shared("labs-executed"), SANDBOX_SHARED_RUNS=_shared("catalogue-runs"))
     p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", dest], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=900)
     return p.returncode, p.stdout + p.stderr

@@ -308,6 +308,24 @@ def test_a_prediction_is_graded_by_the_next_broken_run(capsys, clean):
     assert b.last_grade is g
 
 
+def test_under_a_shared_runs_folder_a_run_on_the_documented_ranks_is_made_once(tmp_path, monkeypatch, clean):
+    """SANDBOX_SHARED_RUNS (a test session executing the labs): `run` on the bug's documented ranks is the folder's
+    one run of that variant, made by the first asker and read by the others, and still graded; a run on other
+    ranks, or with other options, is the lab's own."""
+    monkeypatch.setenv(bugs.SHARED_RUNS_ENV, str(tmp_path))
+    b = lab.Lab("gather-uneven")
+    first = b.run("broken", show=False)
+    assert (tmp_path / "gather-uneven-broken.pkl").exists()
+    b.predict(verdict="hang", kind="collective_mismatch", culprits=first.diagnosis.culprit_ranks, show=False)
+    again = b.run("broken", show=False)
+    assert [r.pid for r in again.ranks] == [r.pid for r in first.ranks] and again.wall_s == first.wall_s
+    assert b.last_grade.right["kind"] and b.last_grade.right["culprits"]
+    other = b.run("broken", n=b.bug.world_size + 1, show=False)
+    assert {r.pid for r in other.ranks}.isdisjoint(r.pid for r in first.ranks)
+    own = b.run("broken", debug="INFO", show=False)  # another option: not the documented run
+    assert {r.pid for r in own.ranks}.isdisjoint(r.pid for r in first.ranks)
+
+
 def test_a_finished_run_with_a_wrong_value_is_graded_wrong():
     def result(value, reference):
         ranks = [RankResult(rank=0, outcome="ok", value_bytes=pickle.dumps({"value": value, "reference": reference}))]

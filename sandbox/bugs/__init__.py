@@ -39,10 +39,10 @@ import pkgutil
 from sandbox import defaults
 from sandbox.bugs.expectation import culprit_ranks, unmet_expectations
 from sandbox.bugs.record import Bug, Expect, Gpu, read_bug
-from sandbox.bugs.runner import FixNotSendable, VariantRun, run_variant, unavailable
+from sandbox.bugs.runner import SHARED_RUNS_ENV, FixNotSendable, VariantRun, run_variant, shared_run, unavailable
 
-__all__ = ["Bug", "Expect", "FixNotSendable", "Gpu", "VariantRun", "culprit_ranks", "init", "read_bug", "registry",
-           "run_variant", "unavailable", "unmet_expectations"]
+__all__ = ["SHARED_RUNS_ENV", "Bug", "Expect", "FixNotSendable", "Gpu", "VariantRun", "culprit_ranks", "init",
+           "read_bug", "registry", "run_variant", "shared_run", "unavailable", "unmet_expectations"]
 
 
 def init(timeout_s: float = defaults.PG_TIMEOUT_S, **kwargs):

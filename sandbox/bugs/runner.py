@@ -9,6 +9,7 @@ Importing this imports neither torch nor the launcher: both come with the first 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any, Callable, NamedTuple
 
 from sandbox import _paths, defaults
@@ -20,6 +21,11 @@ class VariantRun(NamedTuple):
     result: Any            # sandbox.result.RunResult
     as_documented: bool
     why_not: list[str]
+
+
+# A folder in which a catalogue variant's run on its documented ranks is made once for every process that names it
+# (`shared_run`): a test session names it for its tests, the kernels of the labs it executes and the docs build.
+SHARED_RUNS_ENV = "SANDBOX_SHARED_RUNS"
 
 
 class FixNotSendable(ValueError):
@@ -108,3 +114,24 @@ def _pickled(fix: Callable | None) -> bytes | None:
         return cloudpickle.dumps(fix)
     except Exception as e:  # noqa: BLE001  whatever pickling raises, something the function holds is the cause
         raise FixNotSendable(f"{getattr(fix, '__name__', fix)!s} cannot be sent to the ranks: {e}.") from e
+
+
+def shared_run(cache: str, bug, variant: str = "broken") -> VariantRun:
+    """`bug`'s `variant` on its documented ranks, made once for every process asking with the same `cache` folder
+    (SHARED_RUNS_ENV): the first to ask runs it (`run_variant`), under a lock of its own, and keeps it there; the
+    others wait for it and read it. A run that raised is kept by nobody: the next asker runs it."""
+    import fcntl
+    import pickle
+
+    os.makedirs(cache, exist_ok=True)
+    kept = os.path.join(cache, f"{bug.slug}-{variant}.pkl")
+    with open(os.path.join(cache, f"{bug.slug}-{variant}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # bounded: the holder's run has its own limit (the bug's timeout)
+        if os.path.exists(kept):
+            with open(kept, "rb") as f:
+                return pickle.load(f)
+        run = run_variant(bug, variant, bug.world_size)
+        with open(kept + ".tmp", "wb") as f:
+            pickle.dump(run, f)
+        os.replace(kept + ".tmp", kept)
+        return run
