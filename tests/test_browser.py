@@ -132,14 +132,19 @@ class Visit:
         self.settle(page)
         return page, res
 
-    def start(self, url):
-        """Open `url` in a new page of this context, up to its response: (page, response). Other contexts' pages
-        load meanwhile (`settle` waits for this one)."""
+    def start(self, url, tab=None):
+        """Open `url` in a new page of this context, or in `tab` (a page of it, as a reader follows a link), up to
+        its response: (page, response). Other contexts' pages load meanwhile (`settle` waits for this one)."""
         self.finished.clear()
+        page = tab or self.tab()
+        return page, page.goto(url, wait_until="commit")
+
+    def tab(self):
+        """A new page of this context, whose console errors and uncaught exceptions are recorded."""
         page = self.ctx.new_page()
         page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text} ({m.location})"))
         page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-        return page, page.goto(url, wait_until="commit")
+        return page
 
     def settle(self, page):
         """Wait until the page has loaded and what it loads after `load` has come: the search index, which
@@ -206,19 +211,24 @@ def lab_pages(site) -> list:
 
 # -- every page --------------------------------------------------------------------------------------------------
 
-AT_ONCE = 3  # pages loading side by side, each in its own context (so what each logs is its own)
+# pages loading side by side, each in its own context (so what each logs is its own): on 2 cores the tour cost the
+# machine 73 CPU-s three at once and 60 CPU-s one at once (37 s and 31 s), so one
+AT_ONCE = 1
 
 
 @pytest.fixture(scope="module")
 def tour(site, base, browser):
-    """Every page of the site opened once, AT_ONCE at a time: {path: {"problems": [...], "outputs": (count, text)
-    of a lab page's executed output areas, else None}}. The page tests below read it: a page is loaded once."""
+    """Every page of the site opened once, AT_ONCE at a time, each in one of AT_ONCE tabs as a reader goes from page
+    to page (a new tab per page cost the machine 87 CPU-s against 73, three at once): {path: {"problems": [...],
+    "outputs": (count, text) of a lab page's executed output areas, else None}}. The page tests below read it: a
+    page is loaded once."""
     labs = set(lab_pages(site))
     seen, todo = {}, pages(site)
     visits = [Visit(browser) for _ in range(AT_ONCE)]
+    tabs = [v.tab() for v in visits]
     try:
         while todo:
-            batch = [(v, p, *v.start(base + p)) for v, p in zip(visits, todo)]
+            batch = [(v, p, *v.start(base + p, tab)) for v, tab, p in zip(visits, tabs, todo)]
             todo = todo[len(batch):]
             for v, p, page, res in batch:
                 try:
@@ -232,7 +242,6 @@ def tour(site, base, browser):
                     outputs = (areas.count(), "\n".join(areas.all_inner_texts()) if areas.count() else "")
                 seen[p] = {"problems": bad + v.problems(), "outputs": outputs}
                 v.clear()
-                page.close()
     finally:
         for v in visits:
             v.close()
