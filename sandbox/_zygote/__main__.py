@@ -54,5 +54,6 @@ def main() -> None:
         run(os.environ["SANDBOX_SPEC"], parent)
 
 
-main()
-os._exit(0)
+if __name__ == "__main__":
+    main()
+    os._exit(0)
