@@ -127,17 +127,14 @@ class Visit:
         else:
             route.continue_()
 
-    def open(self, url):
-        page, res = self.start(url)
-        self.settle(page)
-        return page, res
-
-    def start(self, url, tab=None):
-        """Open `url` in a new page of this context, or in `tab` (a page of it, as a reader follows a link), up to
-        its response: (page, response). Other contexts' pages load meanwhile (`settle` waits for this one)."""
+    def open(self, url, tab=None):
+        """Open `url` in a new page of this context, or in `tab` (a page of it, as a reader follows a link), and
+        wait until it has settled: (page, response)."""
         self.finished.clear()
         page = tab or self.tab()
-        return page, page.goto(url, wait_until="commit")
+        res = page.goto(url, wait_until="commit")
+        self.settle(page)
+        return page, res
 
     def tab(self):
         """A new page of this context, whose console errors and uncaught exceptions are recorded."""
@@ -211,40 +208,31 @@ def lab_pages(site) -> list:
 
 # -- every page --------------------------------------------------------------------------------------------------
 
-# pages loading side by side, each in its own context (so what each logs is its own): on 2 cores the tour cost the
-# machine 73 CPU-s three at once and 60 CPU-s one at once (37 s and 31 s), so one
-AT_ONCE = 1
-
-
 @pytest.fixture(scope="module")
 def tour(site, base, browser):
-    """Every page of the site opened once, AT_ONCE at a time, each in one of AT_ONCE tabs as a reader goes from page
-    to page (a new tab per page cost the machine 87 CPU-s against 73, three at once): {path: {"problems": [...],
-    "outputs": (count, text) of a lab page's executed output areas, else None}}. The page tests below read it: a
-    page is loaded once."""
+    """Every page of the site opened once, one after another in one tab, as a reader follows links: {path:
+    {"problems": [...], "outputs": (count, text) of a lab page's executed output areas, else None}}. The page tests
+    below read it: a page is loaded once. (On 2 cores, measured as the machine's busy time: a new tab per page, three
+    at once, cost 87 CPU-s and 45 s; a tab each, three at once, 73 CPU-s and 37 s; one tab, 60 CPU-s and 31 s.)"""
     labs = set(lab_pages(site))
-    seen, todo = {}, pages(site)
-    visits = [Visit(browser) for _ in range(AT_ONCE)]
-    tabs = [v.tab() for v in visits]
+    seen = {}
+    v = Visit(browser)
+    tab = v.tab()
     try:
-        while todo:
-            batch = [(v, p, *v.start(base + p, tab)) for v, tab, p in zip(visits, tabs, todo)]
-            todo = todo[len(batch):]
-            for v, p, page, res in batch:
-                try:
-                    v.settle(page)
-                    bad = [] if res is not None and res.status == 200 else [f"status {res and res.status}"]
-                except Exception as e:  # noqa: BLE001  a page that never settles is a problem of that page
-                    bad = [f"did not finish loading: {str(e).splitlines()[0]}"]
-                outputs = None
-                if p in labs:
-                    areas = page.locator(".jp-OutputArea-output")
-                    outputs = (areas.count(), "\n".join(areas.all_inner_texts()) if areas.count() else "")
-                seen[p] = {"problems": bad + v.problems(), "outputs": outputs}
-                v.clear()
+        for p in pages(site):
+            try:
+                page, res = v.open(base + p, tab)
+                bad = [] if res is not None and res.status == 200 else [f"status {res and res.status}"]
+            except Exception as e:  # noqa: BLE001  a page that never settles is a problem of that page
+                bad = [f"did not finish loading: {str(e).splitlines()[0]}"]
+            outputs = None
+            if p in labs:
+                areas = tab.locator(".jp-OutputArea-output")
+                outputs = (areas.count(), "\n".join(areas.all_inner_texts()) if areas.count() else "")
+            seen[p] = {"problems": bad + v.problems(), "outputs": outputs}
+            v.clear()
     finally:
-        for v in visits:
-            v.close()
+        v.close()
     return seen
 
 
