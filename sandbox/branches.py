@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import linecache
 import re
+import threading
 
 from sandbox import _paths
 from sandbox.words import shown_path
@@ -59,7 +60,25 @@ def parsed_source(path: str):
     return _tree(path)
 
 
+# CPython before 3.13 counts the depth of the AST being built in one place per interpreter, not per call: two threads
+# in `ast.parse` at once (a run's judge in each of a pool's threads) can corrupt it, and the parse fails with
+# "SystemError: AST constructor recursion depth mismatch" (https://github.com/python/cpython/issues/106905 and its
+# thread). Every parse of ours takes this lock.
+_PARSING = threading.RLock()
+
+
+def parse(source, path: str):
+    """`ast.parse`, one thread at a time across the package."""
+    with _PARSING:
+        return ast.parse(source, path)
+
+
 def _tree(path: str):
+    with _PARSING:
+        return _tree_locked(path)
+
+
+def _tree_locked(path: str):
     if path not in _trees:
         try:
             try:
@@ -69,7 +88,7 @@ def _tree(path: str):
                 src = "".join(linecache.getlines(path))
                 if not src:
                     raise
-            _trees[path] = (ast.parse(src, path), src)
+            _trees[path] = (parse(src, path), src)
         except (OSError, SyntaxError, ValueError, UnicodeDecodeError):  # not Python we can read: no branch from it
             _trees[path] = None
     return _trees[path]

@@ -28,7 +28,6 @@ each test and reports a hung rank only at its timeout; benchmarks/pytest_plugin.
 """
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import os
@@ -37,7 +36,7 @@ import types
 
 import pytest
 
-from sandbox import defaults
+from sandbox import branches, defaults
 
 _OPTIONS = {"world_size": 2, "init": True, "backend": None, "gpu": False, "hang_after": defaults.HANG_AFTER_S,
             "timeout": defaults.RUN_TIMEOUT_S, "strict": None, "nnodes": 1, "nproc_per_node": None}
@@ -123,7 +122,7 @@ def _import_rewritten(module: str, path: str | None):
         importlib.import_module(module.rpartition(".")[0])
     with open(path, "rb") as f:
         source = f.read()
-    tree = ast.parse(source, filename=path)
+    tree = branches.parse(source, path)
     rewrite_asserts(tree, source, path)
     spec = importlib.util.spec_from_file_location(module, path)
     mod = importlib.util.module_from_spec(spec)

@@ -6,6 +6,7 @@ ranks started: what must NOT be called data-dependent (a constant, the world siz
 an argument, an import). Also the one `if`-finder (`branches.branch_using`) that DDP's unused-parameters rule uses
 for both kinds of `if`."""
 import linecache
+import os
 import textwrap
 
 import pytest
@@ -394,3 +395,47 @@ def test_a_loop_over_a_container_an_if_on_the_ranks_data_fills_is_found(tmp_path
     assert positions.loop_filled(tree, str(src), 13) is None  # `s % 10`: the same step on every rank
     got = positions.loop_filled(tree, str(src), 19)
     assert got is not None and (got["container"], got["reads"]) == ("extra", ["batch"]) and "random" not in got
+
+
+
+def test_sources_parsed_from_several_threads_at_once_all_parse():
+    """Runs judged in a pool's threads parse their scripts at once. CPython before 3.13 keeps one AST depth counter
+    per interpreter, and two parses interleaved by a thread switch (a collection running a finalizer is enough)
+    failed with "SystemError: AST constructor recursion depth mismatch" (seen in CI on 6 cycle cases run together).
+    The package's one parser (`branches.parse`, which `parsed_source` uses) must not."""
+    import sys
+    import threading
+
+    src = open(os.path.join(os.path.dirname(__file__), "data", "wait_cycle", "c4_sparse_dense_overlap.py"),
+               encoding="utf-8").read()
+
+    class Finalized:  # the GC's finalizers run Python code, where the interpreter may switch threads
+        def __del__(self):
+            sum(range(50))
+
+    def churn():
+        for _ in range(100_000):
+            a, b = Finalized(), Finalized()
+            a.other, b.other = b, a
+
+    failures = []
+
+    def parse():
+        for _ in range(150):
+            try:
+                branches.parse(src, "c4_sparse_dense_overlap.py")
+            except SystemError as e:
+                failures.append(str(e))
+                return
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=churn)] + [threading.Thread(target=parse) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(old)
+    assert not failures, failures[:3]

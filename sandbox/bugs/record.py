@@ -12,6 +12,7 @@ import importlib
 import os
 from dataclasses import dataclass, field
 
+from sandbox import branches
 from sandbox.bugs import docstring
 
 
@@ -135,7 +136,7 @@ def read_bug(path: str, module: str) -> Bug | None:
 
 def _parse_bug(path: str, module: str) -> Bug | None:
     with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
+        tree = branches.parse(f.read(), path)
     for node in tree.body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["BUG"]:
             try:
