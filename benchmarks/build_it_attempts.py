@@ -23,7 +23,7 @@ SET = os.path.join(REPO, "tests", "data", "build_it_attempts")
 
 
 def _checks() -> dict:
-    """task -> (the notebook's world size, check(fn, n) as the notebook calls it, for that task)."""
+    """task -> (the notebook's world size, or sizes, and check(fn, n) as the notebook calls it, for that task)."""
     from sandbox import lab
     from sandbox.course import data_parallel as dp
     from sandbox.course import pipeline as pp
@@ -32,8 +32,9 @@ def _checks() -> dict:
     from sandbox.course import tensor_parallel as tp
 
     return {
-        "my_ring_all_reduce": (4, lambda fn, n: lab.check(ring.run_on_rank, n=n, args=(fn,), reference=ring.reference,
-                                                          show=False)),
+        "my_ring_all_reduce": ((4, 3, 8), lambda fn, n: lab.check(ring.run_on_rank, n=n, args=(fn,),
+                                                                  reference=ring.reference, rules=[ring.is_a_ring()],
+                                                                  show=False)),
         "my_naive": (4, lambda fn, n: lab.check(fn, n=n, reference=dp.reference, show=False)),
         "my_bucketed": (4, lambda fn, n: lab.check(fn, n=n, reference=dp.reference, rules=[dp.OVERLAP], show=False)),
         "my_zero": (4, lambda fn, n: lab.check(fn, n=n, reference=sh.reference, rules=[sh.SCATTERS], show=False)),
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
         path = os.path.join(SET, name + ".py")
         nb_n = checks[task][0]
         listed = [int(n) for n in entry.get("world_sizes") or []]
-        sizes = [nb_n] + ([n for n in listed if n != nb_n] if a.sizes == "all" else [])
+        sizes = [nb_n] + ([n for n in listed if n != nb_n] if a.sizes == "all" else [])  # the notebook's call first
         outcomes = {}
         for n in sizes:
             try:
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
                 ok, said = bool(c.ok), f"{c.verdict}: {c.message}"
             except Exception as e:  # noqa: BLE001  an attempt that cannot even be run is not accepted
                 ok, said = False, f"{type(e).__name__}: {e}"
-            outcomes[n] = {"accepted": ok, "said": said[:300]}
+            outcomes[str(n)] = {"accepted": ok, "said": said[:300]}
             print(f"{name:45s} n={n}: {'accepted' if ok else 'rejected'}  ({said[:100]})", flush=True)
         rows.append({"file": name, "verdict": entry["verdict"], "task": task, "outcomes": outcomes})
     right = lambda r: all(o["accepted"] for o in r["outcomes"].values())  # noqa: E731

@@ -369,7 +369,7 @@ SLOW_MODULES = {"test_docs", "test_browser", "test_labs", "test_hygiene", "test_
                 "test_plugin", "test_warm", "test_readme", "test_flight_offline", "test_torchrun_nodes",
                 # the labs' checks and the build-it-yourself solutions, each on real ranks several times over
                 "test_lab_fixes_core", "test_lab_fixes_primitives", "test_course_ring", "test_course_tp_pp",
-                "test_course_dp_sharding", "test_course_capstone", "test_diagrams",
+                "test_course_dp_sharding", "test_course_capstone", "test_diagrams", "test_build_it_attempts",
                 # correct programs that run long on purpose (a false hang needs time to show)
                 "test_correct_long",
                 # simulated nodes (network namespaces; torchrun on them), and the cold start measured on purpose

@@ -160,20 +160,70 @@ def reference(n: int, all_reduce=None, numel: int = NUMEL) -> list[float]:
 
 # ------------------------------------------------------------------------------------------------ reading a run
 
+def p2p_ops(res):
+    """Every point-to-point operation the ranks entered, from the trace, one at a time (a `batch_isend_irecv` gives
+    each of its ops): (rank, "send" or "recv", peer (None: from any rank), bytes)."""
+    for e in res.events:
+        if e.get("ev") != "enter":
+            continue
+        parts = e.get("p2p") if e.get("op") == "batch_isend_irecv" else [e] if e.get("op") in P2P else []
+        for o in parts or ():
+            numel = 1
+            for d in (o.get("shapes") or [[]])[0]:
+                numel *= d
+            size = numel * DTYPE_BYTES.get((o.get("dtypes") or e.get("dtypes") or ["float32"])[0], 4)
+            yield e["rank"], P2P.get(o.get("op"), "?"), o.get("peer"), size
+
+
+P2P = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
+
+
 def traffic(res) -> dict[int, dict]:
     """Each rank's point-to-point sends in a run, from its trace: {rank: {"sends": k, "bytes": b}}, counting every
-    send and isend the rank entered, with the bytes of its tensor."""
+    send and isend the rank entered (those of a batch_isend_irecv too), with the bytes of its tensor."""
     out = {r.rank: {"sends": 0, "bytes": 0} for r in res.ranks}
-    for e in res.events:
-        if e.get("ev") != "enter" or e.get("op") not in ("send", "isend"):
-            continue
-        numel = 1
-        for d in (e.get("shapes") or [[]])[0]:
-            numel *= d
-        mine = out.setdefault(e["rank"], {"sends": 0, "bytes": 0})
-        mine["sends"] += 1
-        mine["bytes"] += numel * DTYPE_BYTES.get((e.get("dtypes") or ["float32"])[0], 4)
+    for rank, way, _peer, size in p2p_ops(res):
+        if way == "send":
+            mine = out.setdefault(rank, {"sends": 0, "bytes": 0})
+            mine["sends"] += 1
+            mine["bytes"] += size
     return out
+
+
+def is_a_ring(numel: int = NUMEL, itemsize: int = 4):
+    """The ring's rule (a `sandbox.lab.Rule`), what the sum alone cannot tell: data moves only by point-to-point
+    calls (no collective inside "the ring"), each rank sends only to its right neighbour and receives only from its
+    left one, and sends at most 2(N-1) chunks of the tensor of `numel` items (the largest chunk, N-1 times in each
+    phase): about 2(N-1)/N of it. A reduce to rank 0 and a broadcast back, or a ring that passes the whole tensor
+    around (N-1 times the tensor, with no reduce-scatter phase), give the right sum and break it."""
+    from sandbox.lab.rules import MOVES, Rule
+    from sandbox.words import plural
+
+    def found(res) -> str | None:
+        n = res.world_size
+        colls = sorted((e["rank"], e["op"]) for e in res.events if e.get("ev") == "enter" and e.get("op") in MOVES
+                       and e.get("op") not in P2P and e.get("op") != "batch_isend_irecv")
+        if colls:
+            return f"rank {colls[0][0]} called {colls[0][1]}: a ring moves the data with send and recv only"
+        sent: dict[int, int] = {}
+        for rank, way, peer, size in p2p_ops(res):
+            if way == "send" and peer != (rank + 1) % n:
+                return f"rank {rank} sent to rank {peer}; in a ring it sends only to rank {(rank + 1) % n}, its right"
+            if way == "recv" and peer is not None and peer != (rank - 1) % n:
+                return (f"rank {rank} received from rank {peer}; in a ring it receives only from rank "
+                        f"{(rank - 1) % n}, its left")
+            if way == "send":
+                sent[rank] = sent.get(rank, 0) + size
+        most = 2 * (n - 1) * -(-numel // n) * itemsize
+        over = {r: b for r, b in sent.items() if b > most}
+        if over:
+            r = min(over)
+            return (f"rank {r} sent {plural(over[r], 'byte')}, where a ring on {n} ranks sends at most {most}: "
+                    f"2(N-1) = {2 * (n - 1)} chunks of at most {-(-numel // n)} of the tensor's {numel} items")
+        return None
+
+    return Rule(says="a ring all-reduce passes chunks only to the right neighbour, about 2(N-1)/N of the tensor per"
+                     " rank", found=found)
 
 
 def traffic_table(res, sends: int | None = None, nbytes: int | None = None) -> str:

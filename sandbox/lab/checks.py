@@ -146,11 +146,13 @@ def failed(res: RunResult) -> Check:
 
 
 # ----------------------------------------------------------------------------------------------- generic check
-def check(fn, n: int = 4, args: tuple = (), kwargs: dict | None = None, reference=None, expect: str = "right",
+def check(fn, n: int | tuple = 4, args: tuple = (), kwargs: dict | None = None, reference=None, expect: str = "right",
           kind: str | None = None, culprits=None, rules=(), lenient: bool = False, timeline: bool = False,
           show: bool = True, rtol: float | None = 1e-5, atol: float | None = 1e-6, **launch_options) -> Check:
-    """Run `fn(*args, **kwargs)` on `n` ranks (sandbox.launch) and judge it. `reference(n, *args, **kwargs)`, called
-    once here, single-process, gives the value every rank must return (or {"per_rank": [v0, v1, ...]}).
+    """Run `fn(*args, **kwargs)` on `n` ranks (sandbox.launch) and judge it; `n` a tuple of world sizes: on each
+    in turn, and the answer is the first size's that fails, else the first size's run, right on every size.
+    `reference(n, *args, **kwargs)`, called once per size here, single-process, gives the value every rank must
+    return (or {"per_rank": [v0, v1, ...]}).
     expect="right": every rank finishes with the reference's value, breaking no contract (unless `lenient`) and
     no rule of `rules`; "hang", "error", "crash": the run must end so (and with the diagnosis `kind` and the
     `culprits`, when given); "wrong": it must finish with a value that is not the reference's.
@@ -164,6 +166,10 @@ def check(fn, n: int = 4, args: tuple = (), kwargs: dict | None = None, referenc
         raise ValueError("expect='wrong' needs a reference to be wrong against.")
     if culprits is not None and expect == "right":
         raise ValueError("culprits are for an expected failure (expect='hang', 'error' or 'crash').")
+    if isinstance(n, (tuple, list)):
+        return _on_sizes(fn, tuple(n), dict(args=args, kwargs=kwargs, reference=reference, expect=expect, kind=kind,
+                                             culprits=culprits, rules=rules, lenient=lenient, rtol=rtol, atol=atol,
+                                             **launch_options), timeline=timeline, show=show)
     launch_options.setdefault("init", not inits_itself(fn))
     try:
         res = launch(fn, world_size=n, args=tuple(args), kwargs=kwargs, **launch_options)
@@ -176,6 +182,29 @@ def check(fn, n: int = 4, args: tuple = (), kwargs: dict | None = None, referenc
         c = judged(res, ref, expect=expect, kind=kind, culprits=culprits, rules=rules, lenient=lenient,
                    rtol=rtol, atol=atol)
     if show:
+        show_result(c.result, timeline=timeline, shown=c)
+    return c
+
+
+def _on_sizes(fn, sizes: tuple, options: dict, *, timeline: bool, show: bool) -> Check:
+    """`check` on each world size of `sizes` in turn (the labs promise any number of ranks): the first size's answer
+    that is not what was asked, said with its size; else the first size's, which says every size it held on."""
+    if not sizes or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in sizes):
+        raise ValueError(f"n is a number of ranks or a tuple of them, not {sizes!r}.")
+    first = None
+    for k in sizes:
+        c = check(fn, k, show=False, **options)
+        if not c.ok:
+            c = Check(False, c.verdict, f"On {words.plural(k, 'rank')}: {c.message}", c.result)
+            break
+        first = first or c
+    else:
+        c = Check(True, first.verdict, f"{first.message.rstrip('.')}; and the same on"
+                                       f" {words.listed([str(k) for k in sizes[1:]])} ranks." if len(sizes) > 1
+                  else first.message, first.result)
+    if show:
+        from sandbox.lab.display import show_result
+
         show_result(c.result, timeline=timeline, shown=c)
     return c
 
