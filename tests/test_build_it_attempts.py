@@ -4,8 +4,11 @@ as the notebook calls it (`benchmarks/build_it_attempts.py` holds the calls, and
 must be rejected, the message saying what failed (the rule it breaks, or how the run ended, and on which size), a
 correct one accepted on every world size the call runs.
 
-Labs whose checks test the algorithm, not only the values, so far: 20 (the ring's rule, on 4, 3 and 8 ranks). The
-others' attempts are scored by the benchmark script (issue 30) until their checks do too.
+Labs whose checks test the algorithm, not only the values, so far: 20 (the ring's rule) and 22 (the ranks
+communicate; the buckets' all_reduces start asynchronously during backward), each on 4, 3 and 8 ranks. The others'
+attempts are scored by the benchmark script (issue 30) until their checks do too. A wrong attempt the check cannot
+tell from a right one is listed in KNOWN_MISSES with the reason, and expected to pass (strictly: the day the check
+rejects it, the test says so).
 """
 from __future__ import annotations
 
@@ -18,7 +21,11 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SET = os.path.join(HERE, "data", "build_it_attempts")
-LABS = (20,)
+LABS = (20, 22)
+KNOWN_MISSES = {
+    "lab22_wrong_average_weights": "each rank's plain SGD step, then the weights averaged, is the step of the averaged"
+                                   " gradient: same weights, and the ranks communicate every step",
+}
 
 with open(os.path.join(SET, "MANIFEST.json")) as f:
     ENTRIES = [e for e in json.load(f) if e["lab"] in LABS]
@@ -57,7 +64,13 @@ def test_the_set_is_what_the_issue_asks_for():
         assert os.path.isfile(os.path.join(SET, e["file"])), e["file"]
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e["file"].removesuffix(".py") for e in ENTRIES])
+def _param(e):
+    name = e["file"].removesuffix(".py")
+    marks = [pytest.mark.xfail(reason=KNOWN_MISSES[name], strict=True)] if name in KNOWN_MISSES else []
+    return pytest.param(e, id=name, marks=marks)
+
+
+@pytest.mark.parametrize("entry", [_param(e) for e in ENTRIES])
 def test_the_check_tells_a_wrong_attempt_from_a_correct_one(entry, checks, clean):
     h, table = checks
     task = h._task(entry, table)
@@ -75,4 +88,7 @@ def test_the_check_tells_a_wrong_attempt_from_a_correct_one(entry, checks, clean
         assert not c.ok, f"{name} was accepted: {c.message}"
         assert c.message.startswith("On ") and " ranks: " in c.message, c.message  # the size it failed on
         if c.verdict == "rule":  # right values, wrong algorithm: the rule's own sentence says which property
-            assert "a ring all-reduce passes chunks only to the right neighbour" in c.message, c.message
+            assert "breaks a rule of this lab: " in c.message, c.message
+            said = {20: "a ring all-reduce passes chunks only to the right neighbour",
+                    22: "the ranks communicate" if task == "my_naive" else "asynchronously"}[entry["lab"]]
+            assert said in c.message, c.message

@@ -89,7 +89,7 @@ def test_the_bucket_check_accepts_the_reference_and_holds_the_overlap_rule(clean
     starting = _check(_train, args=(_SyncAfterBackward,), reference=lambda n, wrap: dp.reference(n),
                       rules=[dp.OVERLAP])
     assert not starting.ok and starting.verdict == "rule", starting
-    assert "started no all_reduce while backward was running" in starting.message, starting.message
+    assert "started no asynchronous all_reduce while backward was running" in starting.message, starting.message
 
 
 def test_a_bucket_never_waited_on_is_not_right(clean):
