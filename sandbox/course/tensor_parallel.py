@@ -109,11 +109,26 @@ def matching(res, n: int, rank: int = 0) -> list[str]:
             and got[k].shape == v.shape and torch.allclose(got[k], v, rtol=1e-5, atol=1e-6)]
 
 
-def rules() -> list:
+def rules(all_reduces: int | None = None) -> list:
     """What the reference cannot tell: the ranks must really share the work (a rank that runs the unsplit MLP
-    and returns its slices has the right values and no all_reduce)."""
+    and returns its slices has the right values and no all_reduce); and, given `all_reduces`, each rank makes no more
+    all_reduces than the algorithm needs: 1 for the forward (g's), 2 with the backward (g's and f's). A backward that
+    also sums dL/dy (the plain differentiable all_reduce), its gradients then divided by N to match, makes 3."""
     from sandbox import lab
-    return [lab.communicates(op="all_reduce", says="the ranks add their partial outputs with all_reduce")]
+    from sandbox.lab.rules import calls_made
+    from sandbox.words import plural
+
+    out = [lab.communicates(op="all_reduce", says="the ranks add their partial outputs with all_reduce")]
+    if all_reduces is not None:
+        def found(res) -> str | None:
+            over = sorted((r, k) for r, k in calls_made(res, frozenset({"all_reduce"})).items() if k > all_reduces)
+            return (f"rank {over[0][0]} made {over[0][1]}: an all_reduce the algorithm does not need (its values were"
+                    f" then patched to match)") if over else None
+
+        what = "g's in the forward" if all_reduces == 1 else "g's in the forward and f's in the backward"
+        out.append(lab.Rule(says=f"each rank makes {plural(all_reduces, 'all_reduce')} ({what}), no more",
+                            found=found))
+    return out
 
 
 def _my_slices(rank: int, world: int) -> dict:
