@@ -261,6 +261,41 @@ def holds_at_most():
     return lab.Rule(says="a stage keeps at most p - rank micro-batches in flight, as 1F1B does", found=found)
 
 
+def in_flight(schedule: str, m: int):
+    """A pipeline schedule's rule (a `sandbox.lab.Rule`), read from the order of each stage's point-to-point calls
+    (`held`): at its peak stage r of p holds the activations of all m micro-batches under GPipe (every forward before
+    any backward), and of min(p - r, m) under 1F1B (p - 1 - r forwards of warm-up, then one forward and one backward
+    in turn; one more allowed, for a recv posted ahead). Fewer, under either, means the micro-batches went one at a
+    time through part of the pipeline (no micro-batches at all, a warm-up of 0): the right gradients, a longer
+    bubble. More, under 1F1B, is memory it does not need (`holds_at_most`)."""
+    from sandbox import lab
+
+    if schedule not in ("gpipe", "1f1b"):
+        raise ValueError(f"schedule is 'gpipe' or '1f1b', not {schedule!r}.")
+    name = "GPipe" if schedule == "gpipe" else "1F1B"
+
+    def least(r: int, p: int) -> int:
+        return m if schedule == "gpipe" else min(p - r, m)
+
+    def found(res):
+        p, got = res.world_size, held(res)
+        few = [(r, k) for r, k in sorted(got.items()) if k < least(r, p)]
+        many = [(r, k) for r, k in sorted(got.items()) if schedule == "1f1b" and k > least(r, p) + 1]
+        if few:
+            r, k = few[0]
+            return (f"stage {r} held the activations of {k} micro-batch{'es' if k != 1 else ''} at most, where {name}"
+                    f" holds {least(r, p)} at once: micro-batches went through it one at a time")
+        if many:
+            r, k = many[0]
+            return f"stage {r} held the activations of {k} micro-batches at once, where {name} holds {least(r, p)}"
+        return None
+
+    says = ("every stage holds all m micro-batches at once (every forward before any backward), as GPipe does"
+            if schedule == "gpipe" else "stage r holds p - r micro-batches at its peak, no fewer and no more, as 1F1B"
+                                        " does")
+    return lab.Rule(says=says, found=found)
+
+
 # ----------------------------------------------------------------------------------------------- wrong attempts
 def gpipe_no_input_grad(m: int = 4) -> dict:
     """GPipe that sends back a gradient of zeros: the received activation was never made to want a gradient."""
