@@ -162,20 +162,19 @@ def reference(n: int, all_reduce=None, numel: int = NUMEL) -> list[float]:
 
 def p2p_ops(res):
     """Every point-to-point operation the ranks entered, from the trace, one at a time (a `batch_isend_irecv` gives
-    each of its ops): (rank, "send" or "recv", peer (None: from any rank), bytes)."""
+    each of its ops, as `sandbox.calls.p2p_ops` reads them): (rank, "send" or "recv", peer (None: from any rank),
+    bytes)."""
+    from sandbox import calls
+
     for e in res.events:
         if e.get("ev") != "enter":
             continue
-        parts = e.get("p2p") if e.get("op") == "batch_isend_irecv" else [e] if e.get("op") in P2P else []
-        for o in parts or ():
+        parts = (e.get("p2p") or []) if e.get("op") == "batch_isend_irecv" else [e]
+        for (direction, peer, _tag), o in zip(calls.p2p_ops(e), parts):
             numel = 1
             for d in (o.get("shapes") or [[]])[0]:
                 numel *= d
-            size = numel * DTYPE_BYTES.get((o.get("dtypes") or e.get("dtypes") or ["float32"])[0], 4)
-            yield e["rank"], P2P.get(o.get("op"), "?"), o.get("peer"), size
-
-
-P2P = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
+            yield e["rank"], direction, peer, numel * DTYPE_BYTES.get((o.get("dtypes") or ["float32"])[0], 4)
 
 
 def traffic(res) -> dict[int, dict]:
@@ -196,13 +195,14 @@ def is_a_ring(numel: int = NUMEL, itemsize: int = 4):
     left one, and sends at most 2(N-1) chunks of the tensor of `numel` items (the largest chunk, N-1 times in each
     phase): about 2(N-1)/N of it. A reduce to rank 0 and a broadcast back, or a ring that passes the whole tensor
     around (N-1 times the tensor, with no reduce-scatter phase), give the right sum and break it."""
+    from sandbox.calls import OPS
     from sandbox.lab.rules import MOVES, Rule
     from sandbox.words import plural
 
     def found(res) -> str | None:
         n = res.world_size
         colls = sorted((e["rank"], e["op"]) for e in res.events if e.get("ev") == "enter" and e.get("op") in MOVES
-                       and e.get("op") not in P2P and e.get("op") != "batch_isend_irecv")
+                       and OPS[e["op"]].kind != "p2p")
         if colls:
             return f"rank {colls[0][0]} called {colls[0][1]}: a ring moves the data with send and recv only"
         sent: dict[int, int] = {}
