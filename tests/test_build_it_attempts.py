@@ -4,14 +4,13 @@ as the notebook calls it (`benchmarks/build_it_attempts.py` holds the calls, and
 must be rejected, the message saying what failed (the rule it breaks, or how the run ended, and on which size), a
 correct one accepted on every world size the call runs.
 
-Labs whose checks test the algorithm, not only the values, so far: 20 (the ring's rule) and 22 (the ranks
-communicate; the buckets' all_reduces start asynchronously during backward) and 23 (the gradient's parts come by
-reduce_scatter, FSDP gathers each layer again for its backward), each on 4, 3 and 8 ranks; 24 (no more all_reduces
-than the forward and the backward need), on 2, 4 and 8 ranks; 25 (the micro-batches each stage holds at its peak:
-all m under GPipe, p - r under 1F1B), on the 4 stages of its model. The others'
-attempts are scored by the benchmark script (issue 30) until their checks do too. A wrong attempt the check cannot
-tell from a right one is listed in KNOWN_MISSES with the reason, and expected to pass (strictly: the day the check
-rejects it, the test says so).
+What the checks ask besides the values: lab 20, the ring's rule; lab 22, that the ranks communicate and that the
+buckets' all_reduces start asynchronously during backward; lab 23, the gradient's parts by reduce_scatter and FSDP's
+layers gathered again for backward; each on 4, 3 and 8 ranks. Lab 24, no more all_reduces than the forward and the
+backward need, on 2, 4 and 8 ranks. Lab 25, the micro-batches each stage holds at its peak (all m under GPipe, p - r
+under 1F1B), on the 4 stages of its model. Lab 26's attempts are whole scripts rebuilt from the lab's description,
+not the capstone's script, and are not run here. A wrong attempt a check cannot tell from a right one is listed in
+KNOWN_MISSES with the reason, and expected to pass (strictly: the day the check rejects it, the test says so).
 """
 from __future__ import annotations
 
