@@ -269,5 +269,5 @@ def _overlap(res) -> str | None:
 OVERLAP = lab.Rule(says="a bucket's all_reduce starts during backward, asynchronously (async_op=True), and backward"
                         " goes on while it runs", found=_overlap)
 # what the reference cannot tell of part 1: a rank that trains on the whole batch alone has the same weights
-COMMUNICATES = lab.communicates(min_calls=STEPS, says="the ranks communicate: each makes a call that moves data"
-                                                      " (the gradients' all_reduce) in every step")
+COMMUNICATES = lab.communicates(min_calls=STEPS, says=f"the ranks communicate: each makes at least {STEPS} calls"
+                                                      f" that move data, one a step (the gradients' all_reduce)")
