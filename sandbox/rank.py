@@ -204,7 +204,14 @@ def run_target(spec: dict, rank: int) -> int:
 
 
 def _atexit() -> None:
-    """Run the user's atexit handlers as a normal interpreter exit would."""
+    """Run the user's atexit handlers as a normal interpreter exit would (less torch's own teardown that nothing
+    outside the process sees: `compat.drop_exit_teardown`)."""
+    try:
+        from sandbox import compat
+
+        compat.drop_exit_teardown()
+    except Exception:  # noqa: BLE001  the handlers run in full: slower, never wrong
+        pass
     try:
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001  printed, as Python prints a failing atexit handler; the outcome stands
