@@ -47,10 +47,8 @@ def _checks() -> dict:
                                                           rules=tp.rules(all_reduces=1), show=False)),
         "my_mlp": ((2, 4, 8), lambda fn, n: lab.check(fn, n=n, reference=tp.reference,
                                                       rules=tp.rules(all_reduces=2), show=False)),
-        "my_gpipe": (4, lambda fn, n: lab.check(fn, n=n, kwargs={"m": 4}, reference=pp.reference,
-                                                rules=[pp.in_flight("gpipe", 4)], show=False)),
-        "my_1f1b": (4, lambda fn, n: lab.check(fn, n=n, kwargs={"m": 8}, reference=pp.reference,
-                                               rules=[pp.in_flight("1f1b", 8)], show=False)),
+        "my_gpipe": (4, lambda fn, n: pp.check(fn, "gpipe", n=n, show=False)),
+        "my_1f1b": (4, lambda fn, n: pp.check(fn, "1f1b", n=n, show=False)),
     }
 
 

@@ -8,8 +8,9 @@ What the checks ask besides the values: lab 20, the ring's rule; lab 22, that th
 buckets' all_reduces start asynchronously during backward; lab 23, the gradient's parts by reduce_scatter and FSDP's
 layers gathered again for backward; each on 4, 3 and 8 ranks. Lab 24, no more all_reduces than the forward and the
 backward need, on 2, 4 and 8 ranks. Lab 25, the micro-batches each stage holds at its peak (all m under GPipe, p - r
-under 1F1B), on the 4 stages of its model. Lab 26's attempts are whole scripts rebuilt from the lab's description,
-not the capstone's script, and are not run here. A wrong attempt a check cannot tell from a right one is listed in
+under 1F1B), on the 4 stages of its model, each with two numbers of micro-batches (4 and 2 for GPipe, 8 and 2 for
+1F1B). Lab 26's attempts are whole scripts rebuilt from the lab's description, not the capstone's script, and are
+not run here. A wrong attempt a check cannot tell from a right one is listed in
 KNOWN_MISSES with the reason, and expected to pass (strictly: the day the check rejects it, the test says so).
 """
 from __future__ import annotations
@@ -37,12 +38,8 @@ KNOWN_MISSES = {
                                               " one all_reduce; which rank computed what is not in what it returns",
     "lab24_wrong_mlp_xgrad_after_backward": "dL/dx summed by an all_reduce after backward returns, not inside it: the"
                                             " same values and the same two all_reduces",
-    "lab25_wrong_gpipe_loss_scale_hardcoded": "the loss divided by 4, the notebook's m: right at m = 4, which is the"
-                                              " only m the check runs",
     "lab25_wrong_1f1b_warmup_off_by_one": "p - r forwards of warm-up hold one micro-batch more, as a recv posted"
                                           " ahead does in a right 1F1B: the order of the calls cannot tell them apart",
-    "lab25_wrong_1f1b_warmup_no_min": "a warm-up of p - 1 - r without min(., m) breaks only when m < p; the check"
-                                      " runs m = 8 on 4 stages",
 }
 
 with open(os.path.join(SET, "MANIFEST.json")) as f:

@@ -160,6 +160,22 @@ def test_bubble_is_time_in_calls_between_the_barriers():
     assert "idle per rank 0.60 0.20 (mean 0.40)" in pp.bubble_line("GPipe", res, 4)
 
 
+@pytest.mark.parametrize("guess, word", [(0.25, "wrong"), (0.6, "wrong"), (0.43, "right"), (3 / 7, "right"),
+                                         (0.40, "wrong")])
+def test_a_guess_of_the_bubble_is_graded_against_the_formula_not_the_run(guess, word):
+    """The lab asks for the bubble with equal steps and free messages: (p-1)/(m+p-1), 0.43 for p = m = 4. The
+    run's own bubble (0.40 on average here) is not the answer, and a line that shows a guess says whether it is
+    right (the lab once printed a check's 'right: True' beside any guess)."""
+    res = _run({
+        0: _call(1, "barrier", -1, 0.0) + _call(2, "recv", 0.1, 0.6, peer=1) + _call(3, "barrier", 0.9, 1.0),
+        1: _call(1, "barrier", -0.5, 0.0) + _call(2, "send", 0.2, 0.2, peer=0) + _call(3, "barrier", 0.8, 1.0),
+        2: _call(1, "barrier", -0.5, 0.0) + _call(2, "barrier", 0.6, 1.0),
+        3: _call(1, "barrier", -0.5, 0.0) + _call(2, "barrier", 0.6, 1.0),
+    })
+    line = pp.bubble_line("GPipe", res, 4, guess)
+    assert line.endswith(f"you said {guess:.2f}: {word}"), line
+
+
 def test_bubble_needs_the_two_barriers():
     res = _run({0: _call(1, "recv", 0, 1, peer=1), 1: _call(1, "send", 0, 1, peer=0)})
     with pytest.raises(ValueError, match="rank 0 made 0 barrier calls"):

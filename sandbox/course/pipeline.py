@@ -218,11 +218,19 @@ def bubble(res) -> dict[int, float]:
     return idle
 
 
+GUESS_TOLERANCE = 0.02  # a guess of the bubble is right within this of the formula (its answer has two decimals)
+
+
 def bubble_line(name: str, res, m: int, predicted: float | None = None) -> str:
-    """'GPipe, p=4, m=4: idle per rank 0.47 0.45 0.44 0.45 (mean 0.45); (p-1)/(m+p-1) = 0.43; you said 0.25'."""
+    """'GPipe, p=4, m=4: idle per rank 0.47 0.45 0.44 0.45 (mean 0.45); (p-1)/(m+p-1) = 0.43; you said 0.25:
+    wrong'. The guess is graded against the formula, which is what the question asks for (equal steps, free
+    messages); the measured bubble sits a little above it."""
     idle = bubble(res)
     p = res.world_size
-    said = f"; you said {predicted:.2f}" if predicted is not None else ""
+    said = ""
+    if predicted is not None:
+        right = abs(predicted - bubble_formula(p, m)) <= GUESS_TOLERANCE
+        said = f"; you said {predicted:.2f}: {'right' if right else 'wrong'}"
     return (f"{name}, p={p}, m={m}: idle per rank {' '.join(f'{v:.2f}' for v in idle.values())} (mean "
             f"{sum(idle.values()) / p:.2f}); (p-1)/(m+p-1) = {bubble_formula(p, m):.2f}{said}")
 
@@ -294,6 +302,27 @@ def in_flight(schedule: str, m: int):
             if schedule == "gpipe" else "stage r holds p - r micro-batches at its peak, no fewer and no more, as 1F1B"
                                         " does")
     return lab.Rule(says=says, found=found)
+
+
+MS = {"gpipe": (4, 2), "1f1b": (8, 2)}  # the micro-batch counts each schedule is checked with (m < p among them)
+
+
+def check(fn, schedule: str, ms: tuple[int, ...] | None = None, n: int = 4, **options):
+    """Lab 25's check of a learner's schedule: `lab.check` on `n` stages with each m of `ms` in turn (by default
+    MS[schedule]), against `reference`, with the schedule's rule (`in_flight`) for that m. A schedule right for
+    one m can be wrong for another: a loss divided by a fixed 4, a warm-up that forgets m < p. Returns the first m's
+    answer that is not right, said with its m; else the first m's, which says every m it held for."""
+    from sandbox import lab
+    from sandbox.lab.checks import in_turn
+
+    if schedule not in MS:
+        raise ValueError(f"schedule is 'gpipe' or '1f1b', not {schedule!r}.")
+    timeline, show = options.pop("timeline", False), options.pop("show", True)
+    return in_turn(tuple(ms or MS[schedule]),
+                   lambda m: lab.check(fn, n=n, kwargs={"m": m}, reference=reference, rules=[in_flight(schedule, m)],
+                                       show=False, **options),
+                   lambda m: f"With m = {m}", lambda rest: f"with m = {', '.join(str(m) for m in rest)}",
+                   timeline=timeline, show=show)
 
 
 # ----------------------------------------------------------------------------------------------- wrong attempts

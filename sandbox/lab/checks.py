@@ -187,21 +187,26 @@ def check(fn, n: int | tuple = 4, args: tuple = (), kwargs: dict | None = None, 
 
 
 def _on_sizes(fn, sizes: tuple, options: dict, *, timeline: bool, show: bool) -> Check:
-    """`check` on each world size of `sizes` in turn (the labs promise any number of ranks): the first size's answer
-    that is not what was asked, said with its size; else the first size's, which says every size it held on."""
+    """`check` on each world size of `sizes` in turn (the labs promise any number of ranks)."""
     if not sizes or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in sizes):
         raise ValueError(f"n is a number of ranks or a tuple of them, not {sizes!r}.")
+    return in_turn(sizes, lambda k: check(fn, k, show=False, **options), lambda k: f"On {words.plural(k, 'rank')}",
+                   lambda rest: f"on {words.listed([str(k) for k in rest])} ranks", timeline=timeline, show=show)
+
+
+def in_turn(cases: tuple, one, said, also, *, timeline: bool, show: bool) -> Check:
+    """`one(case)` (a Check) for each case in turn: the first answer that is not what was asked, its message
+    headed `said(case)`; else the first case's, which ends saying it held `also(the other cases)` too."""
     first = None
-    for k in sizes:
-        c = check(fn, k, show=False, **options)
+    for case in cases:
+        c = one(case)
         if not c.ok:
-            c = Check(False, c.verdict, f"On {words.plural(k, 'rank')}: {c.message}", c.result)
+            c = Check(False, c.verdict, f"{said(case)}: {c.message}", c.result)
             break
         first = first or c
     else:
-        c = Check(True, first.verdict, f"{first.message.rstrip('.')}; and the same on"
-                                       f" {words.listed([str(k) for k in sizes[1:]])} ranks." if len(sizes) > 1
-                  else first.message, first.result)
+        c = Check(True, first.verdict, f"{first.message.rstrip('.')}; and the same {also(cases[1:])}."
+                  if len(cases) > 1 else first.message, first.result)
     if show:
         from sandbox.lab.display import show_result
 
