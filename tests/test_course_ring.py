@@ -123,3 +123,29 @@ def test_the_fit_picture_is_a_png():
     pts = _points("all_reduce", 4, 37e-6, 1e9, [4, 1 << 20, 16 << 20])
     png = cost.fit_png(pts[:-1], alpha_beta(pts[:-1])[0], held_out=pts[-1:])
     assert png.startswith(b"\x89PNG") and len(png) > 1000
+
+
+def test_the_concepts_page_and_the_cost_labs_write_the_alpha_beta_model_one_way():
+    """One convention on the site: a message of n bytes costs alpha + n/beta, beta the bandwidth, as the course's
+    code computes it (`cost.collective_s` divides by beta_Bps). The Concepts page once wrote n·beta with beta the
+    time per byte beside labs 20 and 21's m/beta; its one mention of that other convention says so in words."""
+    import json
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "concepts.md"), encoding="utf-8") as f:
+        concepts = f.read()
+    texts = {"docs/concepts.md": concepts}
+    for name in ("20_ring_all_reduce", "21_cost_model"):
+        with open(os.path.join(root, "labs", f"{name}.ipynb"), encoding="utf-8") as f:
+            texts[name] = "\n".join("".join(c["source"]) for c in json.load(f)["cells"])
+    for where, text in texts.items():
+        times_beta = [m.group(0) for m in re.finditer(r"\b[nm]\s*[·*×]\s*β", text)]  # bytes times beta (α·β is bytes)
+        assert times_beta == (["n·β"] if where == "docs/concepts.md" else []), (where, times_beta)
+        assert re.search(r"/\s*β", text), where
+    assert "with `β` the time per byte: the same model" in concepts
+    # the latency-optimal all_reduce: recursive doubling, log2(p) steps of the whole message
+    row = next(line for line in concepts.splitlines() if line.startswith("| all_reduce |"))
+    assert "recursive doubling (p a power of two): `log2(p)·(α + n/β)`" in row, row
+    # the convention the labs compute with: 2(p-1) steps of alpha, 2(p-1)/p of the bytes over beta (bytes/s)
+    assert cost.collective_s("all_reduce", 1e9, 4, 0.0, 1e9) == pytest.approx(2 * 3 / 4)
