@@ -192,3 +192,29 @@ def test_memory_per_rank_is_a_quarter_for_what_is_sharded(clean):
     # FSDP pads each layer on its own: 144, 272 and 51 numbers make parts of 36, 68 and 13 (117 in all)
     assert held["FSDP"] == {"parameters": 117 * 4, "gradients": 117 * 4, "optimizer state": 2 * 117 * 4 + 3 * 4}
     assert "FSDP" in sh.memory_table(c.result) and "(0.25x)" in sh.memory_table(c.result)
+
+
+def test_the_lab_22_answer_says_which_calls_paired_what(clean):
+    """Lab 22's answer to its mismatch: calls #5 and #6 pair rank 3's `extra` gradients with the others' `head`
+    gradients (the same shapes: summed without a word), and the crash comes at #7, where rank 3's head.weight meets
+    the next step's body.0.weight. Held against the model's parameter order and the run's trace, and against the
+    lab's text (which once said rank 3's extra.weight met body.0.weight at once)."""
+    import json
+    import os
+
+    names = [n for n, _ in dp.make_model().named_parameters()]
+    assert names.index("extra.weight") < names.index("head.weight")
+    c = _check(dp.skip_none, reference=dp.reference)
+    reduces = {r: [e for e in c.result.events if e.get("rank") == r and e.get("ev") == "enter"
+                   and e.get("op") == "all_reduce"] for r in range(4)}
+    shapes = {r: [e["shapes"][0] for e in evs] for r, evs in reduces.items()}
+    for r in range(3):  # ranks 0-2: the 6 gradients they have (body.0, body.2, head), then step 1's body.0.weight
+        assert shapes[r][:7] == [[16, 8], [16], [16, 16], [16], [4, 16], [4], [16, 8]], shapes[r]
+    # rank 3: its 8 gradients in parameter order, extra's before head's: #5, #6 are extra's, #7 head.weight
+    assert shapes[3][:7] == [[16, 8], [16], [16, 16], [16], [4, 16], [4], [4, 16]], shapes[3]
+    assert [names[i] for i in (4, 5, 6)] == ["extra.weight", "extra.bias", "head.weight"]
+    assert "call #7" in c.message, c.message
+    with open(os.path.join(os.path.dirname(__file__), "..", "labs", "22_data_parallel.ipynb")) as f:
+        answer = next("".join(cell["source"]) for cell in json.load(f)["cells"]
+                      if "Think about it before you open the answer" in "".join(cell["source"]))
+    assert "calls #5 and #6 pair rank 3's" in answer and "The first call\nwhose shapes differ is #7" in answer, answer
