@@ -39,7 +39,7 @@ def _checks() -> dict:
                                                         show=False)),
         "my_bucketed": ((4, 3, 8), lambda fn, n: lab.check(fn, n=n, reference=dp.reference, rules=[dp.OVERLAP],
                                                            show=False)),
-        "my_zero": ((4, 3, 8), lambda fn, n: lab.check(fn, n=n, reference=sh.reference, rules=[sh.SCATTERS],
+        "my_zero": ((4, 3, 8), lambda fn, n: lab.check(fn, n=n, reference=sh.reference, rules=[sh.SCATTERS, sh.STATE],
                                                        show=False)),
         "my_fsdp": ((4, 3, 8), lambda fn, n: lab.check(fn, n=n, reference=sh.reference,
                                                        rules=[sh.REGATHER, sh.SCATTERS], show=False)),

@@ -218,3 +218,57 @@ def test_the_lab_22_answer_says_which_calls_paired_what(clean):
         answer = next("".join(cell["source"]) for cell in json.load(f)["cells"]
                       if "Think about it before you open the answer" in "".join(cell["source"]))
     assert "calls #5 and #6 pair rank 3's" in answer and "The first call\nwhose shapes differ is #7" in answer, answer
+
+
+def _zero_full_adam():
+    """ZeRO's communication, but Adam over the whole (padded) vector, fed only this rank's part of the gradient:
+    the same weights, every rank holding the whole optimizer state (what ZeRO exists to shard)."""
+    import torch.distributed as dist
+    from torch.nn.utils import parameters_to_vector
+
+    from sandbox import compat
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = sh.make_model()
+    params = list(model.parameters())
+    total = sum(p.numel() for p in params)
+    size = -(-total // world)
+    flat = torch.zeros(size * world)
+    flat[:total] = parameters_to_vector(params).detach()
+    full = torch.nn.Parameter(flat.clone())
+    adam = torch.optim.Adam([full], lr=sh.LR)
+    for step in range(sh.STEPS):
+        x, y = sh.local(step, rank, world)
+        model.zero_grad(set_to_none=True)
+        sh.loss_fn(model(x), y).backward()
+        grads = torch.zeros(size * world)
+        grads[:total] = torch.cat([p.grad.reshape(-1) for p in params])
+        mine = torch.empty(size)
+        compat.reduce_scatter_single(mine, grads)
+        g = torch.zeros(size * world)
+        g[rank * size:(rank + 1) * size] = mine / world
+        full.grad = g
+        adam.step()
+        compat.all_gather_single(flat, full.detach()[rank * size:(rank + 1) * size].clone())
+        start = 0
+        for p in params:
+            p.data.copy_(flat[start:start + p.numel()].view_as(p))
+            start += p.numel()
+    return sh.weights(model)
+
+
+def test_zeros_check_holds_each_rank_to_the_state_of_its_own_part(clean):
+    """sh.STATE reads the tracer's `optim` events: the reference ZeRO steps ceil(467 / N) parameters a rank; an
+    Adam over the whole vector gives the right weights with N times the state, and is told with its numbers."""
+    assert _check(sh.zero, n=3, reference=sh.reference, rules=[sh.SCATTERS, sh.STATE]).ok
+    c = _check(_zero_full_adam, n=4, reference=sh.reference, rules=[sh.SCATTERS, sh.STATE])
+    assert not c.ok and c.verdict == "rule", c
+    assert "steps 468 parameters and holds 936 numbers of state" in c.message and "at most 117 of the 467" in c.message
+
+
+def test_zeros_state_rule_wants_an_optimizer_step_it_can_see():
+    from sandbox.result import Diagnosis, RankResult, RunResult
+    res = RunResult(verdict="ok", world_size=2, wall_s=1.0, diagnosis=Diagnosis(kind="none", cause=""),
+                    ranks=[RankResult(rank=r, outcome="ok") for r in range(2)],
+                    events=[{"ev": "optim", "rank": 0, "op": "Adam", "params": 234, "state": 468, "site": "x.py:1"}])
+    assert sh.STATE.found(res) == ("rank 1 made no torch.optim step the check could see: step this rank's part with"
+                                   " torch.optim.Adam, as the lab does")

@@ -215,3 +215,52 @@ def test_a_rank_that_cannot_open_its_log_says_why_in_the_zygote_log(tmp_path, cl
     assert "sandbox: rank 1 failed outside its own code" in zlog and "FileNotFoundError" in zlog, zlog
     assert "rank-1.log" in zlog
     assert "sandbox: rank 1 failed outside its own code" in res.ranks[1].output  # the launcher shows it
+
+
+def optimizer_steps():
+    """Two optimizers on rank 0's and rank 1's own parameters: Adam over 10 numbers (3 steps), SGD with momentum over
+    a 2 x 3 matrix (1 step), and an Adam step while the tracer is paused, which must leave no trace."""
+    import torch
+
+    from sandbox import trace
+
+    a = torch.nn.Parameter(torch.zeros(10))
+    b = torch.nn.Parameter(torch.zeros(2, 3))
+    adam, sgd = torch.optim.Adam([a], lr=0.1), torch.optim.SGD([b], lr=0.1, momentum=0.9)
+    for _ in range(3):
+        a.grad = torch.ones(10)
+        adam.step()
+    b.grad = torch.ones(2, 3)
+    sgd.step()
+    with trace.paused():
+        adam.step()
+    return a.detach().tolist()[0]
+
+
+def test_every_optimizer_step_is_an_event_with_what_it_steps_and_holds(clean):
+    res = launch(optimizer_steps, world_size=2)
+    assert res.verdict == "ok", res.diagnosis.summary
+    for rank in (0, 1):
+        got = [e for e in res.events if e["ev"] == "optim" and e["rank"] == rank]
+        assert [(e["op"], e["params"], e["state"], e["state_bytes"]) for e in got] == [
+            ("Adam", 10, 20, 80)] * 3 + [("SGD", 6, 6, 24)], got  # Adam: two moments; SGD: one momentum buffer
+        assert all(e["site"].startswith("tests/test_tracer.py:") and e["func"] == "optimizer_steps" for e in got)
+
+
+def test_uninstall_takes_the_optimizer_hook_off_too():
+    import torch
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+
+    from sandbox import trace
+
+    before = dict(_global_optimizer_post_hooks)
+    trace.install()
+    try:
+        assert len(_global_optimizer_post_hooks) == len(before) + 1
+        with trace.paused():
+            assert dict(_global_optimizer_post_hooks) == before
+        assert len(_global_optimizer_post_hooks) == len(before) + 1
+    finally:
+        trace.uninstall()
+    assert dict(_global_optimizer_post_hooks) == before
+    torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1).step()  # no hook of ours left to call

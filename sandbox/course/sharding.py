@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from sandbox import compat, lab
+from sandbox import compat, lab, words
 from sandbox.course.data_parallel import setup, weights  # noqa: F401  (the lab calls sh.setup() too)
 
 STEPS = 3
@@ -250,6 +250,28 @@ class KeptLinear(GatheredLinear):
 SCATTERS = lab.communicates(op=("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single"),
                             min_calls=STEPS,
                             says="each rank receives the summed gradient of its own part only (a reduce_scatter)")
+PARAMS = sum(a * b + b for a, b in zip(SIZES, SIZES[1:]))  # 467: the model's parameters, in all
+
+
+def _state_of_a_part(res) -> str | None:
+    """Each rank's optimizer, at every step the tracer saw (`optim` events), steps at most ceil(PARAMS / N)
+    parameters: its own part, and so holds the state (Adam: two numbers a parameter) of that part only."""
+    part = -(-PARAMS // res.world_size)
+    for r in range(res.world_size):
+        steps = [e for e in res.events if e.get("rank") == r and e.get("ev") == "optim"]
+        if not steps:
+            return (f"rank {r} made no torch.optim step the check could see: step this rank's part with"
+                    f" torch.optim.Adam, as the lab does")
+        most = max(steps, key=lambda e: e.get("params", 0))
+        if most.get("params", 0) > part:
+            return (f"rank {r}'s {most.get('op')} at {most.get('site')} steps {most['params']} parameters and holds"
+                    f" {most.get('state')} numbers of state for them, where ZeRO's optimizer steps only the rank's own"
+                    f" part: at most {part} of the {PARAMS} on {words.plural(res.world_size, 'rank')}")
+    return None
+
+
+STATE = lab.Rule(says="each rank's optimizer steps its own part of the parameters only, and holds the state of that"
+                      " part only (1/N of the optimizer state)", found=_state_of_a_part)
 LAYERS = len(SIZES) - 1
 # every layer gathered for its forward and again for its backward, each step (the final gather comes on top)
 REGATHER = lab.communicates(op=("all_gather", "all_gather_into_tensor", "all_gather_single"),

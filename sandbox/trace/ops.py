@@ -19,6 +19,7 @@ from sandbox.trace import describe, inflight, record, sink
 from sandbox.trace.describe import Spec
 
 _installed = False
+_optim_hook = None  # the handle of the optimizers' post-step hook (`record.optimizer_stepped`) while installed
 _MISSING = object()
 _patched: list[tuple] = []  # (owner, attribute, what was there before, the wrapper put there), in install order
 
@@ -163,13 +164,31 @@ def install() -> None:
     DDP = torch.nn.parallel.DistributedDataParallel
     if not hasattr(DDP.__init__, "__sandbox_traced__"):
         _patch(DDP, "__init__", _wrap_ddp_init(DDP.__init__))
+    _hook_optimizers()
     _installed = True
+
+
+def _hook_optimizers() -> None:
+    """Every torch.optim optimizer's step, seen through torch's public global hook: an `optim` event each."""
+    global _optim_hook
+    if _optim_hook is None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _optim_hook = register_optimizer_step_post_hook(record.optimizer_stepped)
+
+
+def _unhook_optimizers() -> None:
+    global _optim_hook
+    if _optim_hook is not None:
+        _optim_hook.remove()
+        _optim_hook = None
 
 
 def uninstall() -> None:
     """Put back every function `install` replaced (idempotent). An attribute someone else has replaced since is
     left as they set it: putting ours back would undo their change."""
     global _installed
+    _unhook_optimizers()
     while _patched:
         owner, attr, before, wrapper = _patched.pop()
         if vars(owner).get(attr) is not wrapper:
@@ -193,5 +212,7 @@ def paused():
     finally:
         for owner, attr, _before, wrapper in patched:  # the same wrappers, so references taken before stay valid
             _patch(owner, attr, wrapper)
+        if was_installed:
+            _hook_optimizers()
         _installed = was_installed
         sink.set_sink(old_sink)

@@ -212,6 +212,25 @@ def returned(spec: describe.Spec, call_id: int, ev: dict | None, args: tuple, kw
         os.write(sink.fd, events.exit_line(sink.rank, call_id, name, time.time()))
 
 
+def optimizer_stepped(optimizer, args, kwargs) -> None:
+    """A torch.optim optimizer's step returned (torch calls this for every optimizer, `ops.install` registered it):
+    what it stepped and the state it holds now, as an `optim` event. Not while the tracer is paused or inside a
+    traced call (a framework's own step)."""
+    if sink.fd is None or getattr(sink.tls, "depth", 0):
+        return
+    try:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        state = [t for per in optimizer.state.values() for t in per.values()
+                 if isinstance(t, torch.Tensor) and t.dim() > 0]  # not the 0-d step counters
+        where, func = describe.site(describe.user_frame(1))
+        sink.emit({"ev": "optim", "rank": sink.rank, "t": time.time(), "op": type(optimizer).__name__,
+                   "site": where, "func": func, "params": sum(p.numel() for p in params),
+                   "state": sum(t.numel() for t in state),
+                   "state_bytes": sum(t.numel() * t.element_size() for t in state)})
+    except Exception as e:  # noqa: BLE001  the tracer must never break the user's step
+        tracer_error("optimizer.step", e)
+
+
 def exit_anyway(call_id: int, op: str, e: Exception) -> None:
     """The call returned but the tracer's bookkeeping of it failed: write its exit all the same (without it the
     rank would look inside the call forever, a false hang), then say what failed."""
