@@ -42,7 +42,7 @@ def _checks() -> dict:
         "my_zero": ((4, 3, 8), lambda fn, n: lab.check(fn, n=n, reference=sh.reference, rules=[sh.SCATTERS, sh.STATE],
                                                        show=False)),
         "my_fsdp": ((4, 3, 8), lambda fn, n: lab.check(fn, n=n, reference=sh.reference,
-                                                       rules=[sh.REGATHER, sh.SCATTERS], show=False)),
+                                                       rules=[sh.REGATHER, sh.FREES, sh.SCATTERS], show=False)),
         "my_forward": ((2, 4, 8), lambda fn, n: lab.check(fn, n=n, reference=tp.reference_forward,
                                                           rules=tp.rules(all_reduces=1), show=False)),
         "my_mlp": ((2, 4, 8), lambda fn, n: lab.check(fn, n=n, reference=tp.reference,

@@ -272,3 +272,26 @@ def test_zeros_state_rule_wants_an_optimizer_step_it_can_see():
                     events=[{"ev": "optim", "rank": 0, "op": "Adam", "params": 234, "state": 468, "site": "x.py:1"}])
     assert sh.STATE.found(res) == ("rank 1 made no torch.optim step the check could see: step this rank's part with"
                                    " torch.optim.Adam, as the lab does")
+
+
+class _RegatherButKeep(sh.GatheredLinear):
+    """Gathers the layer again for backward, as REGATHER counts, but keeps the forward's full weight on ctx too."""
+
+    @staticmethod
+    def forward(ctx, x, shard, layer):
+        w, b = layer.gather()
+        ctx.save_for_backward(x)
+        ctx.layer, ctx.kept = layer, w
+        return x @ w.T + b
+
+
+def test_fsdps_check_tells_a_layer_that_kept_its_forward_copy(clean):
+    """sh.FREES: when the backward begins, the autograd graph holds the full copy a layer gathered for its forward,
+    however it was kept (saved for backward, or an attribute of ctx). The reference saves only its input."""
+    rules = [sh.REGATHER, sh.FREES, sh.SCATTERS]
+    assert _check(sh.fsdp, n=3, reference=sh.reference, rules=rules).ok
+    for kept_by in (sh.KeptLinear, _RegatherButKeep):
+        c = _check(_fsdp, args=(kept_by,), reference=lambda n, f: sh.reference(n), rules=[sh.FREES])
+        assert not c.ok and c.verdict == "rule", c
+        said = "layers 0, 2 and 4 kept the full parameters gathered for the forward for the backward"
+        assert said in c.message, c.message

@@ -25,6 +25,8 @@ parameters, the gradients and the optimizer's state (a view into a flat buffer c
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -188,6 +190,9 @@ class ShardedLinear(nn.Module):
         flat = self.padded(torch.cat([linear.weight.detach().reshape(-1), linear.bias.detach()]))
         self.shard = nn.Parameter(flat[rank * self.size:(rank + 1) * self.size].clone())
         self.function = function
+        self.index = None  # its place in the model, and what `fsdp` is running: "forward" or "backward"
+        self.phase = None
+        self._forward_copy = None  # a weak reference to the full parameters gathered for this step's forward
 
     def padded(self, v):
         return nn.functional.pad(v, (0, self.size * self.world - v.numel()))
@@ -196,6 +201,8 @@ class ShardedLinear(nn.Module):
         """(weight, bias) in full, from every rank's shard: an all_gather."""
         flat = torch.empty(self.size * self.world)
         compat.all_gather_single(flat, self.shard.detach())
+        if self.phase == "forward":
+            self._forward_copy = weakref.ref(flat)  # the weight and bias are views of it: it lives while they do
         w = flat[:self.out_features * self.in_features].view(self.out_features, self.in_features)
         return w, flat[self.out_features * self.in_features:self.numel]
 
@@ -211,11 +218,23 @@ def fsdp(function=GatheredLinear, steps: int = STEPS, measure: bool = False):
     for i, m in enumerate(model):
         if isinstance(m, nn.Linear):
             model[i] = ShardedLinear(m, function)
+            model[i].index = i
+    layers = [m for m in model if isinstance(m, ShardedLinear)]
+
+    def now(phase):
+        for m in layers:
+            m.phase, m._forward_copy = phase, None if phase == "forward" else m._forward_copy
     adam = torch.optim.Adam(model.parameters(), lr=LR)
     for step in range(steps):
         x, y = local(step, rank, world)
         adam.zero_grad(set_to_none=False)  # keep the grad shards: they are what a rank holds between steps
-        loss_fn(model(x), y).backward()
+        now("forward")
+        loss = loss_fn(model(x), y)
+        now("backward")
+        for i in sorted(kept_for_backward(loss, layers)):
+            lab.note(fsdp_kept=i)
+        loss.backward()
+        now(None)
         adam.step()
     if measure:
         return memory(list(model.parameters()), adam)
@@ -225,6 +244,34 @@ def fsdp(function=GatheredLinear, steps: int = STEPS, measure: bool = False):
             w, b = m.gather()
             out[f"{i}.weight"], out[f"{i}.bias"] = w.reshape(-1).tolist(), b.tolist()
     return out
+
+
+def kept_for_backward(loss, layers) -> set[int]:
+    """The layers whose full parameters, gathered for this step's forward, the autograd graph behind `loss` holds
+    for backward: saved with save_for_backward, or kept as an attribute of ctx (a custom Function's ctx is its node
+    in the graph). Only copies still alive are looked for, by their storage: a freed one's address may be reused."""
+    alive = {}
+    for m in layers:
+        flat = m._forward_copy() if m._forward_copy is not None else None
+        if flat is not None:
+            alive[flat.untyped_storage().data_ptr()] = m.index
+    found, seen, todo = set(), set(), [loss.grad_fn]
+    while todo and alive:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        held = list(vars(node).values()) if hasattr(node, "__dict__") else []
+        try:
+            held += list(getattr(node, "saved_tensors", None) or ())
+        except RuntimeError:  # already freed (a graph run once)
+            pass
+        for v in held:
+            for t in v if isinstance(v, (list, tuple)) else (v,):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in alive:
+                    found.add(alive[t.untyped_storage().data_ptr()])
+        todo += [f for f, _ in node.next_functions]
+    return found
 
 
 class KeptLinear(GatheredLinear):
@@ -273,6 +320,23 @@ def _state_of_a_part(res) -> str | None:
 STATE = lab.Rule(says="each rank's optimizer steps its own part of the parameters only, and holds the state of that"
                       " part only (1/N of the optimizer state)", found=_state_of_a_part)
 LAYERS = len(SIZES) - 1
+
+
+def _forward_copies_kept(res) -> str | None:
+    """`fsdp` notes a layer whose full parameters, gathered for its forward, the autograd graph holds when the
+    backward begins (`kept_for_backward`): a correct forward saves its input and lets the full copy go."""
+    for r, said in sorted(lab.notes(res).items()):
+        kept = sorted({n["fsdp_kept"] for n in said if "fsdp_kept" in n})
+        if kept:
+            return (f"on rank {r}, layer{'s' if len(kept) > 1 else ''} {words.listed([str(i) for i in kept])}"
+                    f" kept the full parameters gathered for the forward for the backward: FSDP lets the"
+                    f" forward's copy go and gathers the layer again for its backward, so that a rank holds one"
+                    f" layer in full at a time")
+    return None
+
+
+FREES = lab.Rule(says="the full parameters a layer gathers for its forward are let go, not kept for its backward",
+                 found=_forward_copies_kept)
 # every layer gathered for its forward and again for its backward, each step (the final gather comes on top)
 REGATHER = lab.communicates(op=("all_gather", "all_gather_into_tensor", "all_gather_single"),
                             min_calls=2 * LAYERS * STEPS,
