@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from sandbox import compat, lab, words
+from sandbox.course.holding import kept_for_backward, memory, memory_table, nbytes  # noqa: F401  (sh.memory_table)
 from sandbox.course.data_parallel import setup, weights  # noqa: F401  (the lab calls sh.setup() too)
 
 STEPS = 3
@@ -192,7 +193,7 @@ class ShardedLinear(nn.Module):
         self.function = function
         self.index = None  # its place in the model, and what `fsdp` is running: "forward" or "backward"
         self.phase = None
-        self._forward_copy = None  # a weak reference to the full parameters gathered for this step's forward
+        self.forward_copy = None  # a weak reference to the full parameters gathered for this step's forward
 
     def padded(self, v):
         return nn.functional.pad(v, (0, self.size * self.world - v.numel()))
@@ -202,7 +203,7 @@ class ShardedLinear(nn.Module):
         flat = torch.empty(self.size * self.world)
         compat.all_gather_single(flat, self.shard.detach())
         if self.phase == "forward":
-            self._forward_copy = weakref.ref(flat)  # the weight and bias are views of it: it lives while they do
+            self.forward_copy = weakref.ref(flat)  # the weight and bias are views of it: it lives while they do
         w = flat[:self.out_features * self.in_features].view(self.out_features, self.in_features)
         return w, flat[self.out_features * self.in_features:self.numel]
 
@@ -223,7 +224,7 @@ def fsdp(function=GatheredLinear, steps: int = STEPS, measure: bool = False):
 
     def now(phase):
         for m in layers:
-            m.phase, m._forward_copy = phase, None if phase == "forward" else m._forward_copy
+            m.phase, m.forward_copy = phase, None if phase == "forward" else m.forward_copy
     adam = torch.optim.Adam(model.parameters(), lr=LR)
     for step in range(steps):
         x, y = local(step, rank, world)
@@ -244,34 +245,6 @@ def fsdp(function=GatheredLinear, steps: int = STEPS, measure: bool = False):
             w, b = m.gather()
             out[f"{i}.weight"], out[f"{i}.bias"] = w.reshape(-1).tolist(), b.tolist()
     return out
-
-
-def kept_for_backward(loss, layers) -> set[int]:
-    """The layers whose full parameters, gathered for this step's forward, the autograd graph behind `loss` holds
-    for backward: saved with save_for_backward, or kept as an attribute of ctx (a custom Function's ctx is its node
-    in the graph). Only copies still alive are looked for, by their storage: a freed one's address may be reused."""
-    alive = {}
-    for m in layers:
-        flat = m._forward_copy() if m._forward_copy is not None else None
-        if flat is not None:
-            alive[flat.untyped_storage().data_ptr()] = m.index
-    found, seen, todo = set(), set(), [loss.grad_fn]
-    while todo and alive:
-        node = todo.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        held = list(vars(node).values()) if hasattr(node, "__dict__") else []
-        try:
-            held += list(getattr(node, "saved_tensors", None) or ())
-        except RuntimeError:  # already freed (a graph run once)
-            pass
-        for v in held:
-            for t in v if isinstance(v, (list, tuple)) else (v,):
-                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in alive:
-                    found.add(alive[t.untyped_storage().data_ptr()])
-        todo += [f for f, _ in node.next_functions]
-    return found
 
 
 class KeptLinear(GatheredLinear):
@@ -345,22 +318,6 @@ REGATHER = lab.communicates(op=("all_gather", "all_gather_into_tensor", "all_gat
 
 
 # ------------------------------------------------------------------------------------- memory
-def nbytes(tensors) -> int:
-    """Bytes of the distinct storages behind `tensors` (None skipped; views into one buffer count it once)."""
-    seen = {}
-    for t in tensors:
-        if t is not None:
-            s = t.untyped_storage()
-            seen[s.data_ptr()] = s.nbytes()
-    return sum(seen.values())
-
-
-def memory(params, optimizer) -> dict:
-    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
-    return {"parameters": nbytes(params), "gradients": nbytes(p.grad for p in params),
-            "optimizer state": nbytes(state)}
-
-
 def unsharded(steps: int = STEPS) -> dict:
     """Plain data parallelism with Adam (every rank holds everything): what a rank holds after `steps` steps."""
     rank, world = setup()
@@ -381,18 +338,3 @@ def measured() -> dict:
     """On every rank: what it holds after training, for plain data parallelism, ZeRO-1, ZeRO-2 and FSDP."""
     return {"data parallel": unsharded(), "ZeRO-1": zero(stage=1, measure=True),
             "ZeRO-2": zero(stage=2, measure=True), "FSDP": fsdp(measure=True)}
-
-
-def memory_table(res) -> str:
-    """Rank 0's bytes per kind and in all, each way against plain data parallelism."""
-    v = res.ranks[0].value if res.ranks else None
-    if not isinstance(v, dict):
-        return f"no table: the run ended {res.verdict} ({res.diagnosis.summary})"
-    kinds = list(v["data parallel"])
-    lines = [f"{'bytes on rank 0':16}" + "".join(f"{k:>17}" for k in kinds) + f"{'total':>17}"]
-    base = v["data parallel"]
-    for way, held in v.items():
-        cells = [f"{held[k]:>8} ({held[k] / base[k]:4.2f}x)" for k in kinds]
-        total, whole = sum(held.values()), sum(base.values())
-        lines.append(f"{way:16}" + "".join(f"{c:>17}" for c in cells) + f"{f'{total} ({total / whole:4.2f}x)':>17}")
-    return "\n".join(lines)
