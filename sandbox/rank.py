@@ -163,6 +163,7 @@ def run_target(spec: dict, rank: int) -> int:
                 dist.init_process_group(spec.get("backend") or ("nccl" if spec.get("gpu") else "gloo"),
                                         timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]),
                                         device_id=torch.device("cuda", rank) if spec.get("gpu") else None)
+                all_joined(rank, spec["world_size"])
             result = _prepared["fn"](*_prepared["args"], **_prepared["kwargs"])
             if spec.get("init") and dist.is_initialized():
                 dist.destroy_process_group()
@@ -201,6 +202,22 @@ def run_target(spec: dict, rank: int) -> int:
     trace.finish("ok", exit_code=0)
     _atexit()
     return 0
+
+
+JOINED = "sandbox/joined/{}"  # a store key each rank sets once the group the sandbox made for it is made
+
+
+def all_joined(rank: int, world: int) -> None:
+    """After the sandbox's own init_process_group (`init=True`): wait until every rank's has returned. gloo lets a
+    rank out of init while a peer is still connecting to it; a rank whose code then failed at once and exited broke
+    that peer's init ("Gloo connectFullMesh failed"), and the peer never ran the code it was given. The sandbox made
+    the group, so the user's code starts with a group made on every rank. Through the store: no collective, nothing
+    in the trace or the Flight Recorder; bounded by the store's timeout (the group's)."""
+    from sandbox import compat
+
+    store = compat.default_store()
+    store.set(JOINED.format(rank), "1")
+    store.wait([JOINED.format(r) for r in range(world)])
 
 
 def _atexit() -> None:

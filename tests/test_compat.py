@@ -266,3 +266,21 @@ def test_a_rank_runs_the_users_exit_work_and_not_torchs_teardown(tmp_path, dynam
     if dynamo_info:
         want += [f"compile-times-{r}" for r in range(2)]
     assert made == sorted(want)
+
+
+def joined_when_my_code_starts():
+    """What the store says as the user's code starts: has every rank's init_process_group returned?"""
+    from sandbox import rank
+
+    world = int(os.environ["WORLD_SIZE"])
+    return compat.default_store().check([rank.JOINED.format(r) for r in range(world)])
+
+
+def test_the_group_the_sandbox_makes_is_made_on_every_rank_before_the_users_code_runs(clean):
+    """With init=True (and @pytest.mark.sandbox) the sandbox makes the group. gloo lets a rank out of
+    init_process_group while a peer still connects to it; a rank that failed at once and exited broke that peer's
+    init (seen in CI: rank 1 "lost its connection (Gloo connectFullMesh failed ...)" instead of running its test).
+    Every rank's init has returned before any rank's code starts."""
+    res = launch(joined_when_my_code_starts, world_size=4, init=True)
+    assert res.verdict == "ok", res.diagnosis.summary
+    assert res.values == [True] * 4
