@@ -127,7 +127,37 @@ def test_pp_check_rejects_gpipe_handed_in_as_1f1b(clean):
     assert "stage 0 held the activations of 8 micro-batches" in c.message, c.message
 
 
-@pytest.mark.parametrize("attempt", [pp.gpipe_no_input_grad, "last_stage_in_order"])
+def _gpipe_no_input_grad(m: int = 4) -> dict:
+    """GPipe that sends back a gradient of zeros: the received activation was never made to want a gradient."""
+    import torch
+    import torch.distributed as dist
+    rank, world, p = pp.start()
+    data = pp.micro_batches(m)
+    first, last = rank == 0, rank == world - 1
+    stash = []
+    for i in range(m):
+        x = data[i][0] if first else torch.empty_like(data[i][0])
+        if not first:
+            dist.recv(x, src=rank - 1)
+        y = pp.forward(p, x)
+        if last:
+            y = pp.loss_of(y, data[i][1], m)
+        else:
+            dist.send(y.detach(), dst=rank + 1)
+        stash.append((x, y))
+    for x, y in reversed(stash):
+        if last:
+            pp.backward(y)
+        else:
+            grad = torch.empty_like(y)
+            dist.recv(grad, src=rank + 1)
+            pp.backward(y, grad)
+        if not first:
+            dist.send(torch.zeros_like(x) if x.grad is None else x.grad, dst=rank - 1)
+    return pp.finish(p)
+
+
+@pytest.mark.parametrize("attempt", [_gpipe_no_input_grad, "last_stage_in_order"])
 def test_pp_check_rejects_wrong_gradients(attempt, clean):
     """Zeros sent back as gradients; the last stage's backward in another order than its neighbour's (lab 25's
     exercise): every call matches, only the reference comparison tells."""

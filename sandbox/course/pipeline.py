@@ -323,33 +323,3 @@ def check(fn, schedule: str, ms: tuple[int, ...] | None = None, n: int = 4, **op
                                        show=False, **options),
                    lambda m: f"With m = {m}", lambda rest: f"with m = {', '.join(str(m) for m in rest)}",
                    timeline=timeline, show=show)
-
-
-# ----------------------------------------------------------------------------------------------- wrong attempts
-def gpipe_no_input_grad(m: int = 4) -> dict:
-    """GPipe that sends back a gradient of zeros: the received activation was never made to want a gradient."""
-    import torch.distributed as dist
-    rank, world, p = start()
-    data = micro_batches(m)
-    first, last = rank == 0, rank == world - 1
-    stash = []
-    for i in range(m):
-        x = data[i][0] if first else torch.empty_like(data[i][0])
-        if not first:
-            dist.recv(x, src=rank - 1)
-        y = forward(p, x)
-        if last:
-            y = loss_of(y, data[i][1], m)
-        else:
-            dist.send(y.detach(), dst=rank + 1)
-        stash.append((x, y))
-    for x, y in reversed(stash):
-        if last:
-            backward(y)
-        else:
-            grad = torch.empty_like(y)
-            dist.recv(grad, src=rank + 1)
-            backward(y, grad)
-        if not first:
-            dist.send(torch.zeros_like(x) if x.grad is None else x.grad, dst=rank - 1)
-    return finish(p)
