@@ -40,6 +40,11 @@ Private names, each needed because no public API of these versions gives the sam
   (importing `tabulate`) to log at INFO. A rank ends with `os._exit` right after its atexit handlers, and these took
   27 ms of every rank's end, 62 ms where torch._dynamo was imported (both measured in a rank on 2 cores).
 
+- The excepthook `init_process_group` installs (`programs_excepthook`): it prints the previous hook's output with
+  "[rank<N>]:" before each line, and holds that hook in its closure (`old_hook`). A rank prints its own uncaught
+  exception (the sandbox labels each rank's lines already), unless the program set a hook of its own, before its
+  init or after: then that hook is called, as Python would.
+
 Private names replaced by public ones (nothing to wrap): `distributed_c10d._get_default_group()` is `dist.group.WORLD`
 (the same object, None before init); `distributed_c10d._get_process_group_name(g)` is `g.group_name` (the name
 torch registered it under, "0" for the default group); `torch._C._distributed_c10d.Work` is `dist.Work` (the same
@@ -143,6 +148,25 @@ def drop_exit_teardown() -> None:
     dump = getattr(utils, "dump_compile_times", None)
     if dump is not None and not logging.getLogger(utils.__name__).isEnabledFor(logging.INFO):
         atexit.unregister(dump)
+
+
+def programs_excepthook():
+    """The `sys.excepthook` the program set itself, looked for through the hook `init_process_group` wraps around
+    the one before it; None when it set none (Python's default is there, torch's wrapping aside)."""
+    import sys
+
+    hook = sys.excepthook
+    for _ in range(16):  # each init_process_group wraps once more
+        if hook is sys.__excepthook__:
+            return None
+        if getattr(hook, "__module__", None) != dist.distributed_c10d.__name__:
+            return hook
+        code, cells = getattr(hook, "__code__", None), getattr(hook, "__closure__", None) or ()
+        held = dict(zip(code.co_freevars, cells)) if code is not None else {}
+        if "old_hook" not in held:
+            return None  # torch's hook, of another shape: as if the program set none
+        hook = held["old_hook"].cell_contents
+    return None
 
 
 def nccl_recorder() -> bytes | None:

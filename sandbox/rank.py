@@ -7,7 +7,6 @@ ended, and exits without ever returning into the zygote's code.
 """
 from __future__ import annotations
 
-import atexit
 import datetime
 import faulthandler
 import importlib
@@ -17,9 +16,8 @@ import pickle
 import runpy
 import signal
 import sys
-import traceback
 
-from sandbox import _paths, rundir, topology, trace
+from sandbox import _paths, ending, rundir, topology, trace
 from sandbox._proc import die_with_parent
 from sandbox.topology import Topology
 from sandbox.trace import recorder
@@ -132,29 +130,20 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
     armed = recorder.arm(run_dir, rank)  # before the user's code creates a group: the recorder reads its size then
     trace.start(rundir.trace(run_dir, rank), rank, world_size=ws,
                 local_rank=(topo or topology.single(ws)).local_rank(rank), flight=armed)
-    code = run_target(spec, rank)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
-
-
-# A script's globals live until the rank exits (os._exit), as a program's do until its interpreter ends: dropped
-# one by one when runpy returns, they ran gloo's destructors (a DDP model's last reference to its group) while the
-# group's worker thread still needed the GIL, and with torch._dynamo imported before the fork some ranks hung there.
-_KEPT: list = []
+    ending.exit_now(run_target(spec, rank))
 
 
 def run_target(spec: dict, rank: int) -> int:
     """Run the rank's target (spec["target"]: a function, a script or a module) as the user's program, record how
-    it ended with `trace.finish`, run the atexit handlers, and return the exit code. A script or module target
-    needs nothing else of `spec`; `python -m sandbox.trace` (the torchrun entry) runs its target here too."""
+    it ended with `trace.finish`, do the exit work a Python program's end does (`sandbox.ending`), and return the
+    exit code. A script or module target needs nothing else of `spec`; `python -m sandbox.trace` (the torchrun
+    entry) runs its target here too."""
     import torch
     import torch.distributed as dist
 
     target = spec["target"]
     result = None
+    ending.begin()
     try:
         if target["kind"] == "func":
             if spec.get("gpu"):
@@ -165,31 +154,37 @@ def run_target(spec: dict, rank: int) -> int:
                                         device_id=torch.device("cuda", rank) if spec.get("gpu") else None)
                 all_joined(rank, spec["world_size"])
             result = _prepared["fn"](*_prepared["args"], **_prepared["kwargs"])
+            ending.join_threads()  # before the group they may still use is destroyed
             if spec.get("init") and dist.is_initialized():
                 dist.destroy_process_group()
         elif target["kind"] == "script":
             sys.argv = [target["path"]] + list(target["argv"])
             sys.path.insert(0, os.path.dirname(os.path.abspath(target["path"])))
-            _KEPT.append(runpy.run_path(target["path"], run_name="__main__"))
+            ending.ran(runpy.run_path(target["path"], run_name="__main__"))
         else:
             sys.argv = [target["name"]] + list(target["argv"])
             sys.path.insert(0, os.getcwd())
-            _KEPT.append(runpy.run_module(target["name"], run_name="__main__", alter_sys=True))
+            ending.ran(runpy.run_module(target["name"], run_name="__main__", alter_sys=True))
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, (int, type(None))):
             print(e.code, file=sys.stderr)
+        ending.raised(e)
+        ending.join_threads()
         recorder.dump(final=True)
         trace.finish("ok" if code == 0 else "exit", exit_code=code)
-        _atexit()
+        ending.run_exit_work()
         return code
     except BaseException as e:  # noqa: BLE001  the rank's own failure, reported like Python would, then recorded
         shown = trace.user_traceback(e)  # as the user's program would print it: no sandbox frames
-        sys.stderr.write(shown)
+        ending.report(e, shown)
+        ending.raised(e)
+        ending.join_threads()
         recorder.dump(final=True)
         trace.finish("error", error=_error_fields(e, shown))
-        _atexit()
+        ending.run_exit_work()
         return 1
+    ending.join_threads()
     if target["kind"] == "func":
         try:
             import cloudpickle  # a value may be an instance of a class typed into a notebook cell
@@ -200,7 +195,7 @@ def run_target(spec: dict, rank: int) -> int:
             print(f"sandbox: the return value of rank {rank} could not be pickled: {e}", file=sys.stderr)
     recorder.dump(final=True)
     trace.finish("ok", exit_code=0)
-    _atexit()
+    ending.run_exit_work()
     return 0
 
 
@@ -218,18 +213,3 @@ def all_joined(rank: int, world: int) -> None:
     store = compat.default_store()
     store.set(JOINED.format(rank), "1")
     store.wait([JOINED.format(r) for r in range(world)])
-
-
-def _atexit() -> None:
-    """Run the user's atexit handlers as a normal interpreter exit would (less torch's own teardown that nothing
-    outside the process sees: `compat.drop_exit_teardown`)."""
-    try:
-        from sandbox import compat
-
-        compat.drop_exit_teardown()
-    except Exception:  # noqa: BLE001  the handlers run in full: slower, never wrong
-        pass
-    try:
-        atexit._run_exitfuncs()
-    except BaseException:  # noqa: BLE001  printed, as Python prints a failing atexit handler; the outcome stands
-        traceback.print_exc()

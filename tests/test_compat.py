@@ -284,3 +284,30 @@ def test_the_group_the_sandbox_makes_is_made_on_every_rank_before_the_users_code
     res = launch(joined_when_my_code_starts, world_size=4, init=True)
     assert res.verdict == "ok", res.diagnosis.summary
     assert res.values == [True] * 4
+
+
+def hooks_seen(set_own: bool):
+    """In a rank: set an excepthook of the program's own (or not), then init_process_group (which wraps it)."""
+    import sys
+
+    import torch.distributed as dist
+
+    def mine(*exc):
+        pass
+
+    if set_own:
+        sys.excepthook = mine
+    dist.init_process_group("gloo")
+    wrapped = sys.excepthook is not (mine if set_own else sys.__excepthook__)
+    found = compat.programs_excepthook()
+    dist.destroy_process_group()
+    return wrapped, (found is mine) if set_own else found is None
+
+
+@pytest.mark.parametrize("set_own", [False, True])
+def test_the_programs_own_excepthook_is_found_through_torchs_wrapping(set_own, clean):
+    """init_process_group wraps sys.excepthook (each line prefixed "[rank<N>]:"); a rank calls the program's own
+    hook, if it set one, for its uncaught exception, and prints the traceback itself otherwise."""
+    res = launch(hooks_seen, world_size=2, args=(set_own,), init=False)
+    assert res.verdict == "ok", res.diagnosis.summary
+    assert res.values == [(True, True)] * 2

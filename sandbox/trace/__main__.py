@@ -5,8 +5,9 @@
 
 Each rank writes `rank-<RANK>.jsonl` into the trace directory, and `stack-<RANK>.txt` when torchrun ends it. The
 target runs through the same runner as a sandbox rank's (`sandbox.rank.run_target`): the same error record, the
-same traceback without the sandbox's frames. When torchrun restarts its workers, each moves its earlier attempt's
-files to `attempts/<k>/` first, so the directory holds the last attempt and every earlier one stays readable.
+same traceback without the sandbox's frames, the same end (sandbox/ending.py). When torchrun restarts its workers,
+each moves its earlier attempt's files to `attempts/<k>/` first, so the directory holds the last attempt and every
+earlier one stays readable.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 
-from sandbox import defaults, rundir
+from sandbox import defaults, ending, rundir
 from sandbox import rank as rank_runner
 from sandbox import trace
 from sandbox.trace import recorder
@@ -95,11 +96,8 @@ def main(argv: list[str]) -> int:
                 launcher="torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "?", flight=armed)
     target = ({"kind": "module", "name": a.target, "argv": a.args} if a.module else
               {"kind": "script", "path": a.target, "argv": a.args})
-    try:
-        return rank_runner.run_target({"target": target}, rank)
-    finally:
-        trace.forget_groups()
+    return rank_runner.run_target({"target": target}, rank)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    ending.exit_now(main(sys.argv[1:]))  # as a sandbox rank ends: sandbox/ending.py says why
