@@ -43,10 +43,8 @@ def _checks() -> dict:
                                                        show=False)),
         "my_fsdp": ((4, 3, 8), lambda fn, n: lab.check(fn, n=n, reference=sh.reference,
                                                        rules=[sh.REGATHER, sh.FREES, sh.SCATTERS], show=False)),
-        "my_forward": ((2, 4, 8), lambda fn, n: lab.check(fn, n=n, reference=tp.reference_forward,
-                                                          rules=tp.rules(all_reduces=1), show=False)),
-        "my_mlp": ((2, 4, 8), lambda fn, n: lab.check(fn, n=n, reference=tp.reference,
-                                                      rules=tp.rules(all_reduces=2), show=False)),
+        "my_forward": (tp.SIZES, lambda fn, n: tp.check(fn, "forward", n=n, show=False)),
+        "my_mlp": (tp.SIZES, lambda fn, n: tp.check(fn, "mlp", n=n, show=False)),
         "my_gpipe": (4, lambda fn, n: pp.check(fn, "gpipe", n=n, show=False)),
         "my_1f1b": (4, lambda fn, n: pp.check(fn, "1f1b", n=n, show=False)),
     }

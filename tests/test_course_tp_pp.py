@@ -93,6 +93,62 @@ def test_tp_check_rejects_the_unsplit_shortcut(clean):
     assert "all_reduce" in c.message, c.message
 
 
+def test_tp_check_measures_each_rank_s_share_and_the_backward_s_sum(clean):
+    """`tp.check`, as lab 24 calls it: the reference passes on 2, 4 and 8 ranks, each rank's matrix products
+    counted by torch's FLOP counter are 1/N of the unsplit MLP's, and one all_reduce (f's) starts inside each
+    rank's backward; the lab's starting cells still fail on their values."""
+    from sandbox.course.work import backward_spans, during, flops
+
+    c = tp.check(tp.tp_mlp, "mlp", n=(4,), show=False)
+    assert c.ok and c.verdict == "right", c
+    total = tp.unsplit_flops("mlp")
+    assert total > 0 and flops(c.result) == {r: total // 4 for r in range(4)}
+    assert set(backward_spans(c.result)) == {0, 1, 2, 3}
+    assert during(c.result, "all_reduce") == {0: 1, 1: 1, 2: 1, 3: 1}
+    f = tp.check(tp.tp_forward, "forward", show=False)
+    assert f.ok, f
+    assert flops(f.result) == {0: tp.unsplit_flops("forward") // 2, 1: tp.unsplit_flops("forward") // 2}
+    first = tp.check(_from_lab("24_tensor_parallel.ipynb", "my_forward"), "forward", show=False)
+    assert not first.ok and first.verdict == "wrong", first
+
+
+def _plain_all_reduce_mlp():
+    """The forward fixed as section 1 teaches (a plain dist.all_reduce, then b2), run through backward as it is."""
+    import warnings
+
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        rank, world = tp.setup()
+        w, s = tp.weights(), tp.shard(rank, world)
+        w1, b1 = w["w1"][s].requires_grad_(), w["b1"][s].requires_grad_()
+        w2, b2 = w["w2"][:, s].requires_grad_(), w["b2"].requires_grad_()
+        x, target = tp.batch()
+        x.requires_grad_()
+        y = F.linear(F.gelu(F.linear(x, w1, b1)), w2)
+        dist.all_reduce(y)
+        y = y + b2
+        tp.loss_fn(y, target).backward()
+    return {"y": y.detach(), "grad_x": x.grad, "grad_w1": w1.grad, "grad_b1": b1.grad, "grad_w2": w2.grad,
+            "grad_b2": b2.grad, "warned": [str(m.message) for m in seen]}
+
+
+def test_tp_a_plain_all_reduce_passes_the_gradient_through_as_lab_24_says(clean):
+    """Lab 24's section 3: a plain dist.all_reduce has no backward of its own; autograd passes dL/dy through it
+    (g's backward, by luck), torch warns that no autograd kernel is registered, and only grad_x is wrong."""
+    c = _tp(_plain_all_reduce_mlp)
+    assert not c.ok and c.verdict == "wrong", c
+    assert tp.matching(c.result, 2) == ["y", "grad_w1", "grad_b1", "grad_w2", "grad_b2"]
+    warned = " ".join(c.result.values[0]["warned"])
+    assert "c10d::allreduce_: an autograd kernel was not registered to the Autograd key(s)" in warned, warned
+    nb = nbformat.read(os.path.join(ROOT, "labs", "24_tensor_parallel.ipynb"), as_version=4)
+    text = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "invisible to autograd" not in text
+    assert "c10d::allreduce_: an autograd kernel was not registered to the" in text
+
+
 # ----------------------------------------------------------------------------------------------- pipeline
 def test_pp_reference_schedules_pass_and_hold_what_they_should(clean):
     g = _pp(pp.gpipe, 8)

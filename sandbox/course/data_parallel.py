@@ -248,20 +248,10 @@ def _overlap(res) -> str | None:
     """OVERLAP's finder: the ranks on which no asynchronous all_reduce started between a 'backward start' and
     'backward end'. A blocking all_reduce inside a hook starts during backward too, but backward waits for it to
     return: nothing overlaps."""
-    spans: dict = {}
-    starts: dict = {}
-    for e in res.events:
-        said = (e.get("fields") or {}).get("backward") if e.get("ev") == "note" else None
-        if said == "start":
-            starts[e["rank"]] = e["t"]
-        elif said == "end" and e["rank"] in starts:
-            spans.setdefault(e["rank"], []).append((starts.pop(e["rank"]), e["t"]))
-    during = {r.rank: 0 for r in res.ranks}
-    for e in res.events:
-        if e.get("ev") == "enter" and e.get("op") == "all_reduce" and e.get("async"):
-            if any(a <= e["t"] <= b for a, b in spans.get(e["rank"], ())):
-                during[e["rank"]] = during.get(e["rank"], 0) + 1
-    idle = sorted(r for r, k in during.items() if k == 0)
+    from sandbox.course.work import during
+
+    started = during(res, "all_reduce", only_async=True)
+    idle = sorted(r for r, k in started.items() if k == 0)
     return (f"{words.ranks(idle)} started no asynchronous all_reduce while backward was running (one that blocks"
             " inside a hook holds backward until it returns)") if idle else None
 

@@ -131,6 +131,72 @@ def rules(all_reduces: int | None = None) -> list:
     return out
 
 
+SIZES = (2, 4, 8)  # the world sizes lab 24's checks run on (the 16 hidden features split evenly on each)
+
+
+def check(fn, part: str, n: tuple[int, ...] = SIZES, **options):
+    """Lab 24's check of a learner's `my_forward` (part "forward") or `my_mlp` ("mlp"): `lab.check` on each size
+    of `n` against the unsplit MLP, with `rules` (the all_reduces the part needs, no more) and what only the run
+    can show: each rank runs its own share of the matrix products (`share`), and in the mlp the sum of dL/dx runs
+    inside backward (`inside`). `fn` runs as it is, measured (`sandbox.course.work.measured`)."""
+    from sandbox import lab
+    from sandbox.course.work import measured
+    from sandbox.lab.checks import inits_itself
+
+    if part not in ("forward", "mlp"):
+        raise ValueError(f"part is 'forward' or 'mlp', not {part!r}.")
+    options.setdefault("init", not inits_itself(fn))
+    ref, calls = (reference_forward, 1) if part == "forward" else (reference, 2)
+    more = [share(part)] + ([inside()] if part == "mlp" else [])
+    return lab.check(measured, n=n, args=(fn,), reference=lambda k, _fn: ref(k), rules=rules(all_reduces=calls) + more,
+                     **options)
+
+
+def unsplit_flops(part: str) -> int:
+    """The FLOPs of the unsplit MLP's matrix products in one process: its forward, or its forward and backward
+    (the gradients of x and of every weight), as torch's FLOP counter counts them."""
+    from sandbox.course.work import single_process_flops
+
+    if part == "forward":
+        x, _ = batch()
+        return single_process_flops(mlp, x, **weights())
+    return single_process_flops(reference, 1)
+
+
+def share(part: str):
+    """The rule that each rank runs 1/N of the unsplit MLP's matrix products (within 10%): its own slices."""
+    from sandbox import lab
+    from sandbox.course.work import flops
+
+    def found(res) -> str | None:
+        n, total = len(res.ranks), unsplit_flops(part)
+        off = sorted((r, f) for r, f in flops(res).items() if abs(f - total / n) > 0.1 * total / n)
+        if not off:
+            return None
+        r, f = off[0]
+        return (f"rank {r} ran {f} FLOPs of matrix products; its share of the unsplit MLP's {total} on {n} ranks is"
+                f" {total // n}: each rank computes with its own slices, no more, no less")
+
+    return lab.Rule(says="each rank runs 1/N of the MLP's matrix products (torch's FLOP counter), with its own"
+                         " slices", found=found)
+
+
+def inside():
+    """The rule that the sum of dL/dx (f's backward) runs inside backward, as autograd's: on every rank, an
+    all_reduce starts while its backward runs."""
+    from sandbox import lab, words
+    from sandbox.course.work import backward_spans, during
+
+    def found(res) -> str | None:
+        ran = backward_spans(res)
+        late = sorted(r for r, k in during(res, "all_reduce").items() if k == 0 and r in ran)
+        return (f"{words.ranks(late)} made no all_reduce while backward ran: dL/dx was summed after backward"
+                " returned, too late for any layer before the MLP, which gets its gradient during backward"
+                ) if late else None
+
+    return lab.Rule(says="the sum of dL/dx (f's backward) runs inside backward", found=found)
+
+
 def _my_slices(rank: int, world: int) -> dict:
     """This rank's parameters as leaves: its slices of w1, b1, w2, and the whole b2."""
     w, s = weights(), shard(rank, world)
