@@ -6,7 +6,11 @@ cannot import it from the notebook, and a test that held only the module's own a
 notebook's starting code slipped through the check. The memory counts are checked against what they must be for
 this model (467 parameters, 468 once padded for 4 ranks), not against a run of the same code.
 """
+import json
+import os
+
 import pytest
+from conftest import ROOT
 
 torch = pytest.importorskip("torch")
 
@@ -192,6 +196,10 @@ def test_memory_per_rank_is_a_quarter_for_what_is_sharded(clean):
     # FSDP pads each layer on its own: 144, 272 and 51 numbers make parts of 36, 68 and 13 (117 in all)
     assert held["FSDP"] == {"parameters": 117 * 4, "gradients": 117 * 4, "optimizer state": 2 * 117 * 4 + 3 * 4}
     assert "FSDP" in sh.memory_table(c.result) and "(0.25x)" in sh.memory_table(c.result)
+    # within a step: backward's whole gradient and the padded copy to reduce-scatter are alive together (lab 23 says
+    # so: the table's rows are what a rank holds between steps, not its peak)
+    assert held[sh.PEAK] == {"data parallel": p, "ZeRO-1": p + padded, "ZeRO-2": p + padded}
+    assert "ZeRO-2 3740 (2.00x)" in sh.memory_table(c.result)
 
 
 def test_the_lab_22_answer_says_which_calls_paired_what(clean):
@@ -295,3 +303,35 @@ def test_fsdps_check_tells_a_layer_that_kept_its_forward_copy(clean):
         assert not c.ok and c.verdict == "rule", c
         said = "layers 0, 2 and 4 kept the full parameters gathered for the forward for the backward"
         assert said in c.message, c.message
+
+
+def ddp_grads_when_backward_returns():
+    """On a rank: DDP's gradient as loss.backward() returns, against the average of every rank's own gradient."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model, alone = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+    alone.load_state_dict(model.state_dict())
+    ddp = DDP(model)
+    x = torch.full((2, 4), float(dist.get_rank() + 1))  # each rank its own data: its own gradient differs
+    ddp(x).sum().backward()
+    got = ddp.module.weight.grad.clone()  # nothing else ran since backward returned
+    alone(x).sum().backward()
+    mean = alone.weight.grad.clone()
+    dist.all_reduce(mean)
+    mean /= dist.get_world_size()
+    return torch.allclose(got, mean), torch.allclose(alone.weight.grad, mean)
+
+
+def test_ddp_averages_the_gradients_inside_backward_as_lab_22_says(clean):
+    """Lab 22: DDP waits for its buckets at the end of backward, so loss.backward() returns with every .grad the
+    average over the ranks (not this rank's own), before any optimizer step."""
+    from sandbox import launch
+
+    res = launch(ddp_grads_when_backward_returns, world_size=2, init=True)
+    assert res.verdict == "ok", res.diagnosis.summary
+    assert res.values == [(True, False)] * 2
+    nb = json.load(open(os.path.join(ROOT, "labs", "22_data_parallel.ipynb")))
+    text = " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert "inside `loss.backward()` itself" in text and "Before the optimizer step it waits" not in text

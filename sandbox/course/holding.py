@@ -51,11 +51,17 @@ def kept_for_backward(loss, layers) -> set[int]:
     return found
 
 
+PEAK = "gradients at their peak"  # in `sharding.measured`: the gradients' bytes at their fullest within a step
+
+
 def memory_table(res) -> str:
-    """Rank 0's bytes per kind and in all, each way against plain data parallelism."""
+    """Rank 0's bytes per kind and in all, each way against plain data parallelism (what it holds between steps),
+    and the gradients' bytes at their peak within a step, where measured."""
     v = res.ranks[0].value if res.ranks else None
     if not isinstance(v, dict):
         return f"no table: the run ended {res.verdict} ({res.diagnosis.summary})"
+    v = dict(v)
+    peaks = v.pop(PEAK, {})
     kinds = list(v["data parallel"])
     lines = [f"{'bytes on rank 0':16}" + "".join(f"{k:>17}" for k in kinds) + f"{'total':>17}"]
     base = v["data parallel"]
@@ -63,4 +69,8 @@ def memory_table(res) -> str:
         cells = [f"{held[k]:>8} ({held[k] / base[k]:4.2f}x)" for k in kinds]
         total, whole = sum(held.values()), sum(base.values())
         lines.append(f"{way:16}" + "".join(f"{c:>17}" for c in cells) + f"{f'{total} ({total / whole:4.2f}x)':>17}")
+    if peaks:
+        base = peaks["data parallel"]
+        lines.append("gradients at their peak within a step: " + ", ".join(
+            f"{way} {b} ({b / base:4.2f}x)" for way, b in peaks.items()))
     return "\n".join(lines)

@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from sandbox import compat, lab, words
-from sandbox.course.holding import kept_for_backward, memory, memory_table, nbytes  # noqa: F401  (sh.memory_table)
+from sandbox.course.holding import PEAK, kept_for_backward, memory, memory_table, nbytes  # noqa: F401  (sh.memory_table)
 from sandbox.course.data_parallel import setup, weights  # noqa: F401  (the lab calls sh.setup() too)
 
 STEPS = 3
@@ -91,12 +91,14 @@ def zero(steps: int = STEPS, stage: int = 2, measure: bool = False):
         start += p.numel()
     shard = nn.Parameter(flat[rank * size:(rank + 1) * size])  # a view too: Adam steps this rank's part of flat
     adam = torch.optim.Adam([shard], lr=LR)  # its moments exist for the shard only
+    peak = 0  # the gradients' bytes at their fullest, within a step
     for step in range(steps):
         x, y = local(step, rank, world)
         model.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
         grads = torch.zeros(size * world)  # padded like flat
         grads[:total] = torch.cat([p.grad.reshape(-1) for p in params])
+        peak = max(peak, nbytes([p.grad for p in params] + [grads]))  # backward's whole gradient, and its copy
         model.zero_grad(set_to_none=True)  # the gradient lives in grads now
         mine = torch.empty(size)
         compat.reduce_scatter_single(mine, grads)  # the sum over ranks of this rank's part
@@ -106,7 +108,7 @@ def zero(steps: int = STEPS, stage: int = 2, measure: bool = False):
         adam.step()
         compat.all_gather_single(flat, shard.detach().clone())  # every rank's stepped part, into every rank
     if measure:
-        return memory(params + [shard], adam)
+        return memory(params + [shard], adam), peak
     return weights(model)
 
 
@@ -328,13 +330,15 @@ def unsharded(steps: int = STEPS) -> dict:
         adam.zero_grad(set_to_none=False)
         loss_fn(model(x), y).backward()
         for p in model.parameters():
-            dist.all_reduce(p.grad)
+            dist.all_reduce(p.grad)  # in place: the gradients are all a step holds, at any time
             p.grad /= world
         adam.step()
-    return memory(list(model.parameters()), adam)
+    return memory(list(model.parameters()), adam), nbytes(p.grad for p in model.parameters())
 
 
 def measured() -> dict:
-    """On every rank: what it holds after training, for plain data parallelism, ZeRO-1, ZeRO-2 and FSDP."""
-    return {"data parallel": unsharded(), "ZeRO-1": zero(stage=1, measure=True),
-            "ZeRO-2": zero(stage=2, measure=True), "FSDP": fsdp(measure=True)}
+    """On every rank: what it holds after training, for plain data parallelism, ZeRO-1, ZeRO-2 and FSDP; and
+    `PEAK`: the gradients' bytes at their fullest within a step, for the first three."""
+    (dp, dp_peak), (z1, z1_peak), (z2, z2_peak) = unsharded(), zero(stage=1, measure=True), zero(measure=True)
+    return {"data parallel": dp, "ZeRO-1": z1, "ZeRO-2": z2, "FSDP": fsdp(measure=True),
+            PEAK: {"data parallel": dp_peak, "ZeRO-1": z1_peak, "ZeRO-2": z2_peak}}
