@@ -179,6 +179,24 @@ def test_check_an_exercise_that_asks_for_a_hang(clean):
     assert c.message.startswith("You asked for a hang, but it finished:")
 
 
+def raises_on_rank_1():
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        raise RuntimeError("rank 1 gives up")
+
+
+def test_check_tells_an_error_from_a_crash_where_the_learner_said_the_other(clean):
+    """Asked for a crash, a rank raised: the answer says what each word means (the learner may not know yet)."""
+    c = lab.check(raises_on_rank_1, n=2, expect="crash", show=False)
+    assert (c.ok, c.verdict) == (False, "error"), c
+    assert c.message.startswith("You asked for a crash, but it fails:"), c.message
+    assert c.message.endswith("(Crash means a rank was killed by a signal (gloo aborts the process on some mismatches);"
+                              " error means a rank raised an exception (or exited non-zero).)"), c.message
+    c = lab.check(raises_on_rank_1, n=2, expect="hang", show=False)
+    assert "Crash means" not in c.message, c.message
+
+
 def test_check_refuses_what_it_cannot_judge():
     with pytest.raises(ValueError, match=r"^expect is one of right, hang, error, crash, wrong, not 'stuck'\.$"):
         lab.check(summed, expect="stuck")

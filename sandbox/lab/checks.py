@@ -232,7 +232,12 @@ def judged(res: RunResult, ref, *, expect: str, kind, culprits, rules, lenient, 
     if got != expect:
         happened = {"right": "it finished", "wrong": "it finished with a wrong answer", "hang": "it hangs",
                     "error": "it fails", "crash": "it crashes"}[got]
-        return Check(False, got, f"You asked for {asked}, but {happened}: {said}", res)
+        told = f"You asked for {asked}, but {happened}: {said}"
+        if {expect, got} == {"error", "crash"}:  # the two failures a learner most often confuses: say both
+            from sandbox.lab.predictions import VERDICTS
+
+            told += f" (Crash means {VERDICTS['crash']}; error means {VERDICTS['error']}.)"
+        return Check(False, got, told, res)
     misses = []
     if kind is not None and res.diagnosis.kind != kind:
         misses.append(f"the sandbox names it {res.diagnosis.kind}, not {kind}")
