@@ -59,6 +59,8 @@ ROUTE: tuple[Part, ...] = (
         Step("24_tensor_parallel", 35, "Split an MLP column-then-row across ranks with one all_reduce."),
         Step("25_pipeline", 45, "Run a model as a pipeline of stages with send and recv, GPipe then 1F1B, and "
                                 "measure the bubble."),
+        Step("28_memory_at_scale", 25, "Size a real model's memory per GPU under data parallelism, each ZeRO stage, "
+                                       "tensor and pipeline parallelism, and its activations."),
     )),
     Part("7. Framework bugs", "The bugs people hit with DDP, FSDP, samplers, checkpoints and mixed precision.", (
         Step("11_ddp_uneven_inputs", 20, "Train with DDP when ranks have different numbers of batches."),
