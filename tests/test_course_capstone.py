@@ -1,6 +1,7 @@
 """The capstone's check (sandbox/course/capstone.py) on real 4-rank gloo runs: it finds both bugs in the script as
 given, names the one a partial fix leaves, accepts both ways of fixing the evaluation bug, and its single-process
 reference is what the fixed script computes."""
+import json
 import os
 
 import pytest
@@ -56,3 +57,21 @@ def test_the_answer_edits_still_apply_to_the_script(tmp_path):
     with pytest.raises(ValueError, match="no longer contains"):
         capstone.solution(str(tmp_path / "x.py"), fixes=[("no such line\n", "")])
     assert not os.path.exists(tmp_path / "x.py")
+
+
+ATTEMPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "capstone_attempts")
+with open(os.path.join(ATTEMPTS, "MANIFEST.json")) as _f:
+    MANIFEST = json.load(_f)
+
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"].removesuffix(".py") for e in MANIFEST])
+def test_the_check_tells_a_right_fix_from_a_wrong_one(entry, clean):
+    """Fixes a learner writes (tests/data/capstone_attempts, written from labs 11 and 26 and the script by someone
+    who had not read the check): the tail dropped, padded or joined with zeros, DDP, a count agreed with MIN, are
+    accepted; training alone without communication, a rank that drops or skips on its own, a wrong average, are
+    not."""
+    v = capstone.check(os.path.join(ATTEMPTS, entry["file"]))
+    if entry["verdict"] == "correct":
+        assert v.ok, f"{entry['file']} ({entry['why']}) was refused:\n{v}"
+    else:
+        assert not v.ok, f"{entry['file']} ({entry['why']}) was accepted:\n{v}"

@@ -3,10 +3,14 @@ distributed bugs and no labels; the learner copies it (`copy_script`), finds the
 copy, and `check(path)` says which of the two bugs the copy still has.
 
 Each bug shows alone under its own settings, so the check can name them apart: on 12 samples (4 equal shares) only
-the evaluation bug can show, with evaluation off only the uneven-shares bug can; the script's own settings (13
-samples, evaluation every 2 steps) need both fixed. A run counts as fixed when it finishes and its final weights
-match a single-process reference: training on every step's samples at once, with the tail either dropped or padded
-as `DistributedSampler` pads it (both are fixes people use).
+the evaluation bug can show, with evaluation off only the uneven-shares bug can, on a tail of one sample (13) and of
+two (14: a fix that drops rank 0's extra sample only still hangs there); the script's own settings (13 samples,
+evaluation every 2 steps) need both fixed. A run counts as fixed when it finishes, every rank took part in
+the averaging (at least one collective per step, as the Flight Recorder or the tracer saw it: a copy where each
+rank trains on all the samples alone has the right weights and no data parallelism), and its final weights match a
+single-process reference: training on every step's samples at once, with the tail dropped, padded as
+`DistributedSampler` pads it, or kept with zeros from the ranks that have no sample left, as `Join` does (lab 11).
+Each is a fix people use; which one a job wants is its own choice.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ WORLD = 4
 TRIALS = (  # (what the run shows, the script's arguments, the bug it isolates)
     ("evaluation every 2 steps, 12 samples", ["--samples", "12", "--eval-every", "2"], "evaluation"),
     ("no evaluation, 13 samples", ["--samples", "13", "--eval-every", "0"], "uneven shares"),
+    ("no evaluation, 14 samples", ["--samples", "14", "--eval-every", "0"], "uneven shares"),  # a longer tail
     ("the script's own settings: evaluation every 2 steps, 13 samples", ["--samples", "13", "--eval-every", "2"],
      None),
 )
@@ -74,9 +79,14 @@ def solution_diff() -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), fixed.splitlines(True), "train.py", "fixed.py"))
 
 
+TAILS = ("dropped", "padded", "joined")  # the ways `reference` keeps the samples that do not fill a step
+
+
 def reference(samples: int, lr: float = 0.1, world: int = WORLD) -> list[list[float]]:
     """The final weights a correct data-parallel run can end with, computed in one process: each step averages the
-    gradients of one sample per rank. Two answers: the tail dropped, and the tail padded from the start."""
+    gradients of one sample per rank over the world size. One answer per way of the tail (`TAILS`): dropped; padded
+    from the start; kept, the ranks without a sample adding zeros (the last step's sum still divided by the world
+    size, as Join divides by the initial one)."""
     import torch
 
     from sandbox.course.capstone_train import make_data
@@ -84,13 +94,14 @@ def reference(samples: int, lr: float = 0.1, world: int = WORLD) -> list[list[fl
     x, y = make_data(samples)
     out = []
     for indices in (list(range(samples // world * world)),
-                    list(range(samples)) + list(range(-samples % world))):
+                    list(range(samples)) + list(range(-samples % world)),
+                    list(range(samples))):
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 1)
         opt = torch.optim.SGD(model.parameters(), lr=lr)
-        for step in range(len(indices) // world):
-            batch = [indices[r + step * world] for r in range(world)]
-            loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch])
+        for step in range(-(-len(indices) // world)):
+            batch = indices[step * world:(step + 1) * world]
+            loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch], reduction="sum") / world
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -108,9 +119,13 @@ class Trial:
 
 def run_trial(path: str, what: str, argv: list[str], bug: str | None) -> Trial:
     """One of the check's runs: the script at `path` with `argv` on 4 ranks, against the reference."""
+    import tempfile
+
     from sandbox import run_script
 
-    res = run_script(path, argv=argv, world_size=WORLD, timeout=60)
+    with tempfile.TemporaryDirectory(prefix="capstone-") as d:
+        res = run_script(path, argv=argv, world_size=WORLD, timeout=60, trace_dir=d)
+        moved = collectives(res, d)
     if res.verdict != "ok":
         return Trial(what, bug, False, f"{res.verdict}: {res.diagnosis.summary}")
     m = _FINAL.search(res.ranks[0].output or "")
@@ -118,13 +133,33 @@ def run_trial(path: str, what: str, argv: list[str], bug: str | None) -> Trial:
         return Trial(what, bug, False, "it finished, but rank 0 printed no 'final weights: [...]' line")
     got = ast.literal_eval(m.group(1))
     samples = int(argv[argv.index("--samples") + 1])
+    alone = sorted(r for r in range(WORLD) if moved.get(r, 0) < samples // WORLD)
+    if alone:
+        from sandbox import words
+
+        return Trial(what, bug, False, f"it finished, but {words.ranks(alone)} made fewer collectives than the"
+                                       f" {samples // WORLD} steps every rank trains: each step's gradients must be"
+                                       f" averaged over the ranks (a rank that trains on everything alone is not"
+                                       f" data parallelism)")
     if not any(len(got) == len(w) and all(abs(a - b) <= 1e-4 for a, b in zip(got, w)) for w in reference(samples)):
         return Trial(what, bug, False, f"it finished with final weights {got}, which match no single-process "
-                                       f"reference (tail dropped or padded)")
+                                       f"reference (tail {', '.join(TAILS[:-1])} or {TAILS[-1]})")
     if res.warnings:
         return Trial(what, bug, False, f"it finished with the right weights but broke a contract: "
                                        f"{res.warnings[0].summary}")
     return Trial(what, bug, True, "it finished with the single-process reference's weights")
+
+
+def collectives(res, directory: str) -> dict[int, int]:
+    """{rank: collectives that moved data}: as its Flight Recorder dump in `directory` lists them (DDP's own
+    all_reduces included), or as the tracer saw them where a rank left no dump."""
+    from sandbox import flight
+    from sandbox.lab.rules import calls_made
+
+    out = calls_made(res)
+    for rank, dump in flight.read_run(directory).items():
+        out[rank] = max(out.get(rank, 0), sum(c["op"] != "barrier" for c in flight.calls(dump, rank)))
+    return out
 
 
 @dataclass
@@ -133,7 +168,9 @@ class Verdict:
 
     @property
     def found(self) -> list[str]:
-        return [t.bug for t in self.trials if t.bug and t.fixed]
+        """The bugs fixed: those whose every trial came out right."""
+        bugs = dict.fromkeys(t.bug for t in self.trials if t.bug)
+        return [b for b in bugs if all(t.fixed for t in self.trials if t.bug == b)]
 
     @property
     def ok(self) -> bool:
