@@ -32,12 +32,15 @@ def kept_for_backward(loss, layers) -> set[int]:
         flat = m.forward_copy() if m.forward_copy is not None else None
         if flat is not None:
             alive[flat.untyped_storage().data_ptr()] = m.index
-    found, seen, todo = set(), set(), [loss.grad_fn]
+    # `seen` by id, with every node visited kept alive in `walked`: torch 2.11 makes a new Python object for a node
+    # each time one is asked for, and a freed one's id was reused by the next (its walk stopped at the first layer)
+    found, seen, walked, todo = set(), set(), [], [loss.grad_fn]
     while todo and alive:
         node = todo.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
+        walked.append(node)
         held = list(vars(node).values()) if hasattr(node, "__dict__") else []
         try:
             held += list(getattr(node, "saved_tensors", None) or ())
