@@ -61,10 +61,11 @@ Events (every one has "ev", "rank" and "t", seconds since the epoch):
 - `note`: a fact the rank's own code recorded with `sandbox.lab.note(**fields)` (a lab's rule reads it: "rank 2
   read block 0"): `fields`, the keyword arguments as JSON. Not a call: the hang rule, the contracts and the
   diagnosis pass over it; `RankTrack.notes` keeps them.
-- `optim`: a torch.optim optimizer's `step` returned (a global post-step hook): `op` (its class), `site` (where
-  the user called it), `params` (the elements of the parameters it steps), `state` and `state_bytes` (the elements
-  and bytes of its per-parameter state tensors, the 0-d step counters left out). Not a call; a lab's rule reads it
-  (ZeRO: a rank's optimizer holds the state of 1/N of the model).
+- `optim`: a torch.optim optimizer's `step` returned (global pre- and post-step hooks): `start` (when the step
+  began; `t` is when it returned), `op` (its class), `site` (where the user called it), `params` (the elements of
+  the parameters it steps), `state` and `state_bytes` (the elements and bytes of its per-parameter state tensors,
+  the 0-d step counters left out). Not a call; a lab's rule reads it (ZeRO: a rank's optimizer holds the state of
+  1/N of the model), and the timeline draws it as compute.
 - `tracer_error`: the tracer itself failed to describe a call (`op`, `error`); the call ran untraced. With `id`:
   its bookkeeping failed after call `id` returned; that call's `exit` was written all the same.
 """

@@ -143,3 +143,27 @@ def test_a_run_without_calls_has_no_timeline():
                     ranks=[RankResult(rank=0, outcome="ok")], events=[{"ev": "hello", "rank": 0, "t": 1.0}])
     with pytest.raises(ValueError, match="no distributed calls"):
         picture.draw(res)
+
+
+def test_a_build_it_run_shows_its_backward_and_optimizer_steps_beside_its_calls(clean):
+    """Lab 22's bucketed data parallelism: each rank's backward (the check's notes) and optimizer steps (the
+    tracer's `optim` events, started and ended) are drawn as compute strips; the buckets' all_reduces start inside
+    the backward strip, which is the lesson of the picture."""
+    from sandbox import lab
+    from sandbox.course import data_parallel as dp
+
+    c = lab.check(dp.bucketed, n=2, reference=dp.reference, rules=[dp.OVERLAP], show=False)
+    assert c.ok, c.message
+    done = picture.compute(c.result.events)
+    for kind in ("backward", "optimizer step"):
+        assert sorted({r for r, _, _ in done[kind]}) == [0, 1], kind
+        assert all(a <= b for _, a, b in done[kind]), kind
+    steps = [e for e in c.result.events if e.get("ev") == "optim"]
+    assert steps and all(e["start"] <= e["t"] for e in steps)
+    started = [e["t"] for e in c.result.events if e.get("ev") == "enter" and e.get("op") == "all_reduce"
+               and e.get("rank") == 0]
+    assert any(a <= t <= b for t in started for r, a, b in done["backward"] if r == 0)
+    fig = picture.draw(c.result)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "backward (compute)" in legend and "optimizer step (compute)" in legend
+    assert overlaps(fig) == []

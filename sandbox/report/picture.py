@@ -1,7 +1,9 @@
 """The timeline picture of a run (`sandbox.report.timeline`): one row per rank, one bar per distributed call,
 hatched where a call never returned, each rank's outcome beside its row, and the faults injected into simulated
 nodes as dashed lines (a span while a link is down). Colours of outcomes come from the report's
-palette; the ops get matplotlib's tab20.
+palette; the ops get matplotlib's tab20. Where the run recorded it, the rank's own compute runs along the bottom of
+its row, in greys: each backward (the notes a build-it check writes around it, `sandbox.course.work`) and each
+optimizer step (the tracer's `optim` events); the forward is not measured, and not drawn.
 
 Two rules keep it readable. The calls get the width: the axis starts just before the first traced call, and the
 script's own start-up before it (imports, building a model: seconds, against calls that take milliseconds) is said
@@ -29,6 +31,25 @@ def spans(events: list[dict], ranks: list[int]) -> tuple[dict[int, list], list[d
             if s is not None:
                 bars.setdefault(s["rank"], []).append((s, e["t"], bool(e.get("error"))))
     return bars, list(opened.values())
+
+
+COMPUTE = {"backward": "0.55", "optimizer step": "0.8"}  # grey levels of the compute strips
+
+
+def compute(events: list[dict]) -> dict[str, list[tuple[int, float, float]]]:
+    """What each rank computed, as (rank, start, end) by kind: backward (between a note 'backward: start' and the
+    next 'end') and optimizer steps (an `optim` event's `start` and `t`)."""
+    out: dict[str, list] = {k: [] for k in COMPUTE}
+    began: dict[int, float] = {}
+    for e in events:
+        said = (e.get("fields") or {}).get("backward") if e.get("ev") == "note" else None
+        if said == "start":
+            began[e["rank"]] = e["t"]
+        elif said == "end" and e["rank"] in began:
+            out["backward"].append((e["rank"], began.pop(e["rank"]), e["t"]))
+        elif e.get("ev") == "optim" and e.get("start"):
+            out["optimizer step"].append((e["rank"], e["start"], e["t"]))
+    return out
 
 
 def _stuck_words(s: dict) -> str:
@@ -65,6 +86,10 @@ def draw(res):
         for s, end, err in lst:
             ax.barh(rank, max(end - s["t"], span * 0.002), left=s["t"] - t0, height=0.6, color=colour[s["op"]],
                     edgecolor=model.RED if err else "none", linewidth=1.5 if err else 0)
+    computed = {k: v for k, v in compute(events).items() if v}
+    for kind, lst in computed.items():  # a strip below the calls, so that a call during backward stays visible
+        for rank, a, b in lst:
+            ax.barh(rank + 0.38, max(b - a, span * 0.002), left=a - t0, height=0.16, color=COMPUTE[kind])
     by_rank: dict[int, list[dict]] = {}
     for s in sorted(stuck, key=lambda s: s["t"]):
         ax.barh(s["rank"], t_end - (s["t"] - t0), left=s["t"] - t0, height=0.6, color=colour[s["op"]], hatch="//",
@@ -88,13 +113,15 @@ def draw(res):
     hosts = {r.rank: r.host for r in res.ranks}
     several = len(set(hosts.values()) - {None}) > 1  # ranks on several simulated nodes: each row says its node
     ax.set_yticks(ranks, [f"rank {r} ({hosts[r]})" if several and hosts.get(r) else f"rank {r}" for r in ranks])
-    ax.set_ylim(max(ranks) + 0.6, min(ranks) - 0.6)  # rank 0 on top
+    ax.set_ylim(max(ranks) + 0.6, min(ranks) - 0.6)  # rank 0 on top (the compute strips end at rank + 0.46)
     outcomes = ax.secondary_yaxis("right")
     outcomes.set_yticks(ranks, [str(r.outcome) for r in res.ranks])
     outcomes.tick_params(length=0)
     for tick, r in zip(outcomes.get_yticklabels(), res.ranks):
         tick.set_color(model.outcome_colour(str(r.outcome)) or "black")
-    fig.legend([Rectangle((0, 0), 1, 1, color=colour[o]) for o in ops], ops, loc="outside right upper", fontsize=8,
+    fig.legend([Rectangle((0, 0), 1, 1, color=colour[o]) for o in ops]
+               + [Rectangle((0, 0), 1, 0.3, color=COMPUTE[k]) for k in computed],
+               ops + [f"{k} (compute)" for k in computed], loc="outside right upper", fontsize=8,
                frameon=False)  # outside the outcomes' column: the layout makes room for both
     xlabel = "seconds since the first distributed call"
     if round(startup, 2) > 0:  # said only where there is something to say

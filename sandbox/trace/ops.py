@@ -19,7 +19,7 @@ from sandbox.trace import describe, inflight, record, sink
 from sandbox.trace.describe import Spec
 
 _installed = False
-_optim_hook = None  # the handle of the optimizers' post-step hook (`record.optimizer_stepped`) while installed
+_optim_hooks: list = []  # handles of the optimizers' step hooks (record.optimizer_stepping, _stepped), installed
 _MISSING = object()
 _patched: list[tuple] = []  # (owner, attribute, what was there before, the wrapper put there), in install order
 
@@ -169,19 +169,18 @@ def install() -> None:
 
 
 def _hook_optimizers() -> None:
-    """Every torch.optim optimizer's step, seen through torch's public global hook: an `optim` event each."""
-    global _optim_hook
-    if _optim_hook is None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+    """Every torch.optim optimizer's step, seen through torch's public global hooks (before it, and after): an
+    `optim` event each, with when it started and when it returned."""
+    if not _optim_hooks:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        _optim_hook = register_optimizer_step_post_hook(record.optimizer_stepped)
+        _optim_hooks.append(register_optimizer_step_pre_hook(record.optimizer_stepping))
+        _optim_hooks.append(register_optimizer_step_post_hook(record.optimizer_stepped))
 
 
 def _unhook_optimizers() -> None:
-    global _optim_hook
-    if _optim_hook is not None:
-        _optim_hook.remove()
-        _optim_hook = None
+    while _optim_hooks:
+        _optim_hooks.pop().remove()
 
 
 def uninstall() -> None:

@@ -212,10 +212,19 @@ def returned(spec: describe.Spec, call_id: int, ev: dict | None, args: tuple, kw
         os.write(sink.fd, events.exit_line(sink.rank, call_id, name, time.time()))
 
 
+_step_started: dict[int, float] = {}  # id(optimizer) -> when its step began (`optimizer_stepping`)
+
+
+def optimizer_stepping(optimizer, args, kwargs) -> None:
+    """A torch.optim optimizer's step is about to run: remember when, for its `optim` event's `start`."""
+    _step_started[id(optimizer)] = time.time()
+
+
 def optimizer_stepped(optimizer, args, kwargs) -> None:
     """A torch.optim optimizer's step returned (torch calls this for every optimizer, `ops.install` registered it):
     what it stepped and the state it holds now, as an `optim` event. Not while the tracer is paused or inside a
     traced call (a framework's own step)."""
+    start = _step_started.pop(id(optimizer), None)
     if sink.fd is None or getattr(sink.tls, "depth", 0):
         return
     try:
@@ -223,7 +232,7 @@ def optimizer_stepped(optimizer, args, kwargs) -> None:
         state = [t for per in optimizer.state.values() for t in per.values()
                  if isinstance(t, torch.Tensor) and t.dim() > 0]  # not the 0-d step counters
         where, func = describe.site(describe.user_frame(1))
-        sink.emit({"ev": "optim", "rank": sink.rank, "t": time.time(), "op": type(optimizer).__name__,
+        sink.emit({"ev": "optim", "rank": sink.rank, "t": time.time(), "start": start, "op": type(optimizer).__name__,
                    "site": where, "func": func, "params": sum(p.numel() for p in params),
                    "state": sum(t.numel() for t in state),
                    "state_bytes": sum(t.numel() * t.element_size() for t in state)})
