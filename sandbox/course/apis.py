@@ -1,0 +1,79 @@
+"""PyTorch's own APIs for what the build-it labs write by hand: the same model, the same data, the same reference.
+
+Each function runs on a rank as the lab's reference solution does, and returns what the lab's check compares with
+one process, so that `lab.check(fn, reference=...)` holds PyTorch's version to the same numbers as the learner's:
+- `fsdp2` (lab 23): `torch.distributed.fsdp.fully_shard` on every Linear of lab 23's model and on the model, over a
+  1-D CPU DeviceMesh; its parameters become DTensors sharded on dim 0, and Adam steps each rank's shards;
+- `tensor_parallel` (lab 24): `torch.distributed.tensor.parallel.parallelize_module` with `ColwiseParallel` on the
+  first Linear and `RowwiseParallel` on the second, the split lab 24 builds by hand (f and g included).
+All run on gloo and the CPU with the torch versions the sandbox supports. Their collectives are DTensor's functional
+collectives, not `torch.distributed`'s Python functions, so the tracer does not list them (the Flight Recorder
+does); the labs' rules that count the learner's calls are not for these.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _cpu_mesh():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (dist.get_world_size(),))
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor as the whole tensor (every rank's shards gathered); a plain tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def fsdp2() -> dict:
+    """Lab 23's training with FSDP2: each Linear, then the model, `fully_shard`ed; Adam on the sharded parameters;
+    every rank trains on its share of each batch. Returns the full weights by the reference's names, as lists."""
+    from torch.distributed.fsdp import fully_shard
+
+    from sandbox.course import sharding as sh
+
+    rank, world = sh.setup()
+    model = sh.make_model()
+    mesh = _cpu_mesh()
+    for m in model:
+        if isinstance(m, nn.Linear):
+            fully_shard(m, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    adam = torch.optim.Adam(model.parameters(), lr=sh.LR)
+    for step in range(sh.STEPS):
+        x, y = sh.local(step, rank, world)
+        adam.zero_grad()
+        sh.loss_fn(model(x), y).backward()  # FSDP2 reduce-scatters each layer's gradient, averaged over the ranks
+        adam.step()
+    return {name: _full(p.detach()).reshape(-1).tolist() for name, p in model.named_parameters()}  # as sh.weights
+
+
+def tensor_parallel() -> dict:
+    """Lab 24's MLP split by DTensor: the same weights and batch, forward and backward; returns what `tp.tp_mlp`
+    returns (this rank's slices of w1, b1 and w2's gradients, all of b2's)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from sandbox.course import tensor_parallel as tp
+
+    tp.setup()
+    w = tp.weights()
+    model = nn.Sequential(nn.Linear(tp.D, tp.H), nn.GELU(), nn.Linear(tp.H, tp.D))
+    with torch.no_grad():
+        for m, (wk, bk) in ((model[0], ("w1", "b1")), (model[2], ("w2", "b2"))):
+            m.weight.copy_(w[wk])
+            m.bias.copy_(w[bk])
+    parallelize_module(model, _cpu_mesh(), {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x, target = tp.batch()
+    x.requires_grad_()
+    y = model(x)
+    tp.loss_fn(y, target).backward()
+
+    def local(g):
+        return g.to_local() if hasattr(g, "to_local") else g
+
+    return {"y": y.detach().clone(), "grad_x": x.grad, "grad_w1": local(model[0].weight.grad),
+            "grad_b1": local(model[0].bias.grad), "grad_w2": local(model[2].weight.grad),
+            "grad_b2": _full(model[2].bias.grad)}
