@@ -37,3 +37,31 @@ def test_dtensor_tensor_parallelism_matches_the_unsplit_mlp_and_the_labs_referen
     import torch
     for a, b in zip(mine.result.values, torch_s.result.values):
         assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_ddp_trains_lab_22s_model_as_one_process_does(clean):
+    from sandbox.course import data_parallel as dp
+
+    c = lab.check(apis.ddp, n=(4, 3, 8), reference=dp.reference, show=False)
+    assert c.ok and c.verdict == "right", c.message
+
+
+def test_torch_pipelining_gives_lab_25s_gradients_and_refuses_fewer_micro_batches_than_stages(clean):
+    """GPipe and 1F1B by torch.distributed.pipelining give each stage the single-process gradients; its 1F1B
+    refuses m < p, which lab 25 quotes (the lab's own schedules take m = 2 on 4 stages)."""
+    import json
+    import os
+
+    from conftest import ROOT
+
+    from sandbox.course import pipeline as pp
+
+    for schedule, m in (("gpipe", 4), ("1f1b", 8)):
+        c = lab.check(apis.pipeline, n=4, kwargs={"schedule": schedule, "m": m},
+                      reference=lambda n, schedule, m: pp.reference(n, m), show=False)
+        assert c.ok, (schedule, m, c.message)
+    c = lab.check(apis.pipeline, n=4, kwargs={"schedule": "1f1b", "m": 2}, show=False)
+    said = "Number of microbatches (2) must be greater than or equal to the number of stages (4)"
+    assert not c.ok and said in c.message, c.message
+    nb = json.load(open(os.path.join(ROOT, "labs", "25_pipeline.ipynb")))
+    assert any(said in "".join(cell["source"]) for cell in nb["cells"])

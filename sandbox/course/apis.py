@@ -2,13 +2,17 @@
 
 Each function runs on a rank as the lab's reference solution does, and returns what the lab's check compares with
 one process, so that `lab.check(fn, reference=...)` holds PyTorch's version to the same numbers as the learner's:
+- `ddp` (lab 22): `torch.nn.parallel.DistributedDataParallel`, with `find_unused_parameters=True` for the head
+  some ranks do not use;
 - `fsdp2` (lab 23): `torch.distributed.fsdp.fully_shard` on every Linear of lab 23's model and on the model, over a
   1-D CPU DeviceMesh; its parameters become DTensors sharded on dim 0, and Adam steps each rank's shards;
 - `tensor_parallel` (lab 24): `torch.distributed.tensor.parallel.parallelize_module` with `ColwiseParallel` on the
-  first Linear and `RowwiseParallel` on the second, the split lab 24 builds by hand (f and g included).
-All run on gloo and the CPU with the torch versions the sandbox supports. Their collectives are DTensor's functional
-collectives, not `torch.distributed`'s Python functions, so the tracer does not list them (the Flight Recorder
-does); the labs' rules that count the learner's calls are not for these.
+  first Linear and `RowwiseParallel` on the second, the split lab 24 builds by hand (f and g included);
+- `pipeline` (lab 25): `torch.distributed.pipelining`'s `PipelineStage` run by `ScheduleGPipe` or `Schedule1F1B`
+  (which refuses fewer micro-batches than stages).
+All run on gloo and the CPU. FSDP2's and DTensor's collectives are functional collectives and DDP's run in its C++
+reducer: the tracer does not list them (the Flight Recorder does). The labs' rules that count the learner's calls
+are not asked of any of these.
 """
 from __future__ import annotations
 
@@ -77,3 +81,58 @@ def tensor_parallel() -> dict:
     return {"y": y.detach().clone(), "grad_x": x.grad, "grad_w1": local(model[0].weight.grad),
             "grad_b1": local(model[0].bias.grad), "grad_w2": local(model[2].weight.grad),
             "grad_b2": _full(model[2].bias.grad)}
+
+
+def ddp(steps: int | None = None) -> dict:
+    """Lab 22's training with PyTorch's DistributedDataParallel: the same model, data and SGD as `dp.naive`.
+    `find_unused_parameters=True`: the `extra` head takes no part in the forward of a rank without hard samples,
+    and DDP must still give it the average (zeros from that rank), as part 1's fix does by hand."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from sandbox.course import data_parallel as dp
+
+    rank, world = dp.setup()
+    model = dp.make_model()
+    net = DDP(model, find_unused_parameters=True)
+    opt = torch.optim.SGD(model.parameters(), lr=dp.LR)
+    for step in range(dp.STEPS if steps is None else steps):
+        x, y, hard = dp.local(step, rank, world)
+        opt.zero_grad()
+        dp.loss_fn(net(x, hard), y).backward()  # DDP averages the gradients inside backward
+        opt.step()
+    return dp.weights(model)
+
+
+def pipeline(schedule: str = "1f1b", m: int = 8) -> dict:
+    """Lab 25's model with `torch.distributed.pipelining`: this rank's stage as a `PipelineStage`, run by
+    `ScheduleGPipe` or `Schedule1F1B` on m micro-batches (whose gradients it averages over them, `scale_grads`);
+    returns this stage's gradients, as the lab's schedules do. Without the lab's simulated compute time."""
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    from sandbox.course import pipeline as pp
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    class Stage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            p = pp.stage_params(rank)
+            self.w, self.b = nn.Parameter(p["w"].detach()), nn.Parameter(p["b"].detach())
+
+        def forward(self, x):
+            return pp.apply_stage({"w": self.w, "b": self.b}, x)
+
+    stage = Stage()
+    runner = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule](
+        PipelineStage(stage, stage_index=rank, num_stages=world, device=torch.device("cpu")), n_microbatches=m,
+        loss_fn=lambda y, target: ((y - target) ** 2).mean())
+    data = pp.micro_batches(m)
+    x, target = torch.cat([xb for xb, _ in data]), torch.cat([t for _, t in data])
+    if rank == 0:
+        runner.step(x)
+    elif rank == world - 1:
+        runner.step(target=target, losses=[])
+    else:
+        runner.step()
+    return {"w": stage.w.grad, "b": stage.b.grad}
