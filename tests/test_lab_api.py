@@ -447,3 +447,29 @@ print("SUMMARY", c.result.diagnosis.summary)
     assert re.search(r"Cell In\[\d+\]:\d+", out), out
     assert re.search(r"through `if sent_tokens == 0:` at Cell In\[\d+\]:\d+, whose condition reads sent_tokens", out), out
     assert "ipykernel" not in out, out
+
+
+def test_a_reference_solution_stays_closed_until_the_learner_opens_it():
+    """lab.solution: a closed <details> block (as the exercises' answers are), its source escaped; the build-it labs
+    show every reference solution that way, never as open code next to the learner's task."""
+    import glob
+    import json
+    import os
+
+    from conftest import ROOT
+
+    from sandbox.course import ring
+
+    s = lab.solution(ring.ring_all_reduce)
+    page = s._repr_html_()
+    assert page.startswith("<details><summary>The reference solution (ring_all_reduce): open it once you have tried")
+    assert "<details open" not in page and "def ring_all_reduce" in s.source and "def ring_all_reduce" in page
+    assert "<style" not in page  # nothing that would restyle the site's own code blocks
+    assert repr(s) == "The reference solution (ring_all_reduce), closed: print its .source to read it."
+    for path in sorted(glob.glob(os.path.join(ROOT, "labs", "2[0-5]_*.ipynb"))):
+        if "21_" in path:  # the cost model: no build-it task
+            continue
+        cells = ["".join(c["source"]) for c in json.load(open(path))["cells"] if c["cell_type"] == "code"]
+        shown = [c for c in cells if "getsource(" in c and "def show(" not in c]
+        assert shown == [], (path, shown)
+        assert any("lab.solution(" in c for c in cells), path

@@ -25,16 +25,16 @@ returned value (`res = b.run(...)`) or end the line with `;`, or Jupyter shows i
 
 Parts: `catalogue` (Lab, showing code without hints, grade_fix), `checks` (Check, the judge every check shares,
 the generic check), `predictions` (kinds, predictions and their grades), `rules` (Rule, communicates, note,
-notes), `values` (predict_values), `display` (showing results and timelines).
+notes), `values` (predict_values), `display` (showing results and timelines, reference solutions kept closed).
 """
 from sandbox.lab.catalogue import Lab, grade_fix, strip_hints
 from sandbox.lab.checks import TITLES, VERDICTS, Check, check
-from sandbox.lab.display import show_result, timeline_png
+from sandbox.lab.display import show_result, solution, timeline_png
 from sandbox.lab.predictions import KINDS, Grade, Prediction, kinds
 from sandbox.lab.predictions import VERDICTS as RUN_VERDICTS
 from sandbox.lab.rules import Rule, communicates, note, notes
 from sandbox.lab.values import predict_values
 
 __all__ = ["KINDS", "RUN_VERDICTS", "TITLES", "VERDICTS", "Check", "Grade", "Lab", "Prediction", "Rule", "check",
-           "communicates", "grade_fix", "kinds", "note", "notes", "predict_values", "show_result", "strip_hints",
-           "timeline_png"]
+           "communicates", "grade_fix", "kinds", "note", "notes", "predict_values", "show_result", "solution",
+           "strip_hints", "timeline_png"]

@@ -60,3 +60,32 @@ def show_result(res: RunResult | None, timeline: bool = False, shown=None) -> No
             display(Image(data=timeline_png(res), format="png"))
         except Exception as e:  # noqa: BLE001  a picture that cannot be drawn is not the run's failure
             print(f"no timeline: {e}", file=sys.stderr)
+
+
+class Solution:
+    """A reference solution, hidden until asked for: in a notebook (and on the site) a closed <details> block the
+    learner opens, as the exercises' answers are; as text, one line saying how to read it (`.source`)."""
+
+    def __init__(self, *objs, hints: bool = True):
+        import inspect
+
+        from sandbox.lab.catalogue import strip_hints
+
+        source = "\n\n".join(inspect.getsource(o).rstrip("\n") for o in objs) + "\n"
+        self.source = source if hints else strip_hints(source)
+        self.names = [getattr(o, "__qualname__", repr(o)) for o in objs]
+
+    def _repr_html_(self) -> str:
+        from html import escape  # plain <pre>: a highlighter's own <style> would restyle the site's code blocks
+
+        return (f"<details><summary>The reference solution ({escape(', '.join(self.names))}): open it once you have"
+                f" tried</summary><pre><code class=\"language-python\">{escape(self.source)}</code></pre></details>")
+
+    def __repr__(self) -> str:
+        return f"The reference solution ({', '.join(self.names)}), closed: print its .source to read it."
+
+
+def solution(*objs, hints: bool = True) -> Solution:
+    """The source of `objs` (functions, classes) as a reference solution that stays closed until the learner opens
+    it; `hints=False` drops its BUG/FIX comments."""
+    return Solution(*objs, hints=hints)
