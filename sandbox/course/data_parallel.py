@@ -256,6 +256,24 @@ def _overlap(res) -> str | None:
             " inside a hook holds backward until it returns)") if idle else None
 
 
+def _before_step(res) -> str | None:
+    """BEFORE_STEP's finder: the ranks on which an optimizer step (the tracer's `optim` event) came with no
+    all_reduce started since the step before it (or since the start). A rank that steps no torch.optim optimizer
+    is not judged by it."""
+    late, since = set(), {}
+    for e in res.events:
+        if e.get("ev") == "enter" and e.get("op") == "all_reduce":
+            since[e["rank"]] = True
+        elif e.get("ev") == "optim":
+            if not since.get(e["rank"]):
+                late.add(e["rank"])
+            since[e["rank"]] = False
+    return (f"{words.ranks(sorted(late))} stepped the optimizer with no all_reduce since the step before: each"
+            " optimizer saw its own rank's gradient, not the average (averaging the weights after a local step is"
+            " another algorithm, model averaging, equal here only because plain SGD is linear)") if late else None
+
+
+BEFORE_STEP = lab.Rule(says="the gradients are averaged before the optimizer steps", found=_before_step)
 OVERLAP = lab.Rule(says="a bucket's all_reduce starts during backward, asynchronously (async_op=True), and backward"
                         " goes on while it runs", found=_overlap)
 # what the reference cannot tell of part 1: a rank that trains on the whole batch alone has the same weights
