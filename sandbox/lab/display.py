@@ -66,13 +66,10 @@ class Solution:
     """A reference solution, hidden until asked for: in a notebook (and on the site) a closed <details> block the
     learner opens, as the exercises' answers are; as text, one line saying how to read it (`.source`)."""
 
-    def __init__(self, *objs, hints: bool = True):
+    def __init__(self, *objs):
         import inspect
 
-        from sandbox.lab.catalogue import strip_hints
-
-        source = "\n\n".join(inspect.getsource(o).rstrip("\n") for o in objs) + "\n"
-        self.source = source if hints else strip_hints(source)
+        self.source = "\n\n".join(inspect.getsource(o).rstrip("\n") for o in objs) + "\n"  # its FIX comments too
         self.names = [getattr(o, "__qualname__", repr(o)) for o in objs]
 
     def _repr_html_(self) -> str:
@@ -85,7 +82,7 @@ class Solution:
         return f"The reference solution ({', '.join(self.names)}), closed: print its .source to read it."
 
 
-def solution(*objs, hints: bool = True) -> Solution:
-    """The source of `objs` (functions, classes) as a reference solution that stays closed until the learner opens
-    it; `hints=False` drops its BUG/FIX comments."""
-    return Solution(*objs, hints=hints)
+def solution(*objs) -> Solution:
+    """The source of `objs` (functions, classes), FIX comments and all, as a reference solution that stays closed
+    until the learner opens it."""
+    return Solution(*objs)
