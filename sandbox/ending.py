@@ -116,15 +116,13 @@ def report(e: BaseException, shown: str) -> None:
     if hook is None:
         sys.stderr.write(shown)
         return
-
     tb = e.__traceback__
     while tb is not None and _paths.is_plumbing(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     try:
         hook(type(e), e, tb)
     except BaseException:  # noqa: BLE001  as Python does when the hook fails: both are printed
-        sys.stderr.write("Error in sys.excepthook:\n" + "".join(traceback.format_exc()) + "\nOriginal exception was:\n"
-                         + shown)
+        sys.stderr.write(f"Error in sys.excepthook:\n{traceback.format_exc()}\nOriginal exception was:\n{shown}")
 
 
 def tear_down() -> None:
