@@ -291,3 +291,17 @@ class DirTail:
         for _, tail, _ in self.files.values():
             tail.close()
         self.files.clear()
+
+
+def noted_spans(events: list[dict], field: str = "backward") -> dict[int, list[tuple[float, float]]]:
+    """{rank: [(start, end), ...]}: the spans a rank's notes mark with `field` "start" then "end" (a build-it
+    check's notes around each backward, `sandbox.course.work`), in the order written; one left open is dropped."""
+    spans: dict[int, list] = {}
+    began: dict[int, float] = {}
+    for e in events:
+        said = (e.get("fields") or {}).get(field) if e.get("ev") == "note" else None
+        if said == "start":
+            began[e["rank"]] = e["t"]
+        elif said == "end" and e["rank"] in began:
+            spans.setdefault(e["rank"], []).append((began.pop(e["rank"]), e["t"]))
+    return spans

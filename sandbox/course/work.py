@@ -51,8 +51,7 @@ def single_process_flops(fn, *args, **kwargs) -> int:
 
 
 def flops(res) -> dict[int, int]:
-    """{rank: FLOPs of its matrix products} of a run of a `Measured` function (a rank that did not finish is
-    absent)."""
+    """{rank: FLOPs of its matrix products} of a run of `measured` (a rank that did not finish is absent)."""
     out = {}
     for e in res.events:
         fields = (e.get("fields") or {}) if e.get("ev") == "note" else {}
@@ -63,15 +62,9 @@ def flops(res) -> dict[int, int]:
 
 def backward_spans(res) -> dict[int, list[tuple[float, float]]]:
     """{rank: [(start, end), ...]}: when each of its backwards ran, from the notes 'backward: start' and 'end'."""
-    spans: dict = {}
-    starts: dict = {}
-    for e in res.events:
-        said = (e.get("fields") or {}).get("backward") if e.get("ev") == "note" else None
-        if said == "start":
-            starts[e["rank"]] = e["t"]
-        elif said == "end" and e["rank"] in starts:
-            spans.setdefault(e["rank"], []).append((starts.pop(e["rank"]), e["t"]))
-    return spans
+    from sandbox.events import noted_spans
+
+    return noted_spans(res.events)
 
 
 def during(res, op: str, only_async: bool = False) -> dict[int, int]:

@@ -39,17 +39,11 @@ COMPUTE = {"backward": "0.55", "optimizer step": "0.8"}  # grey levels of the co
 def compute(events: list[dict]) -> dict[str, list[tuple[int, float, float]]]:
     """What each rank computed, as (rank, start, end) by kind: backward (between a note 'backward: start' and the
     next 'end') and optimizer steps (an `optim` event's `start` and `t`)."""
-    out: dict[str, list] = {k: [] for k in COMPUTE}
-    began: dict[int, float] = {}
-    for e in events:
-        said = (e.get("fields") or {}).get("backward") if e.get("ev") == "note" else None
-        if said == "start":
-            began[e["rank"]] = e["t"]
-        elif said == "end" and e["rank"] in began:
-            out["backward"].append((e["rank"], began.pop(e["rank"]), e["t"]))
-        elif e.get("ev") == "optim" and e.get("start"):
-            out["optimizer step"].append((e["rank"], e["start"], e["t"]))
-    return out
+    from sandbox.events import noted_spans
+
+    return {"backward": [(r, a, b) for r, marked in noted_spans(events).items() for a, b in marked],
+            "optimizer step": [(e["rank"], e["start"], e["t"]) for e in events
+                               if e.get("ev") == "optim" and e.get("start")]}
 
 
 def _stuck_words(s: dict) -> str:
