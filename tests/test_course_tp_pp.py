@@ -154,7 +154,7 @@ def test_pp_reference_schedules_pass_and_hold_what_they_should(clean):
     g = _pp(pp.gpipe, 8)
     assert g.ok, g
     assert pp.held(g.result) == {0: 8, 1: 8, 2: 8, 3: 8}
-    f = _pp(pp.one_f_one_b, 8, rules=[pp.holds_at_most()])
+    f = _pp(pp.one_f_one_b, 8, rules=[pp.in_flight("1f1b", 8)])
     assert f.ok and f.verdict == "right", f
     assert pp.held(f.result) == {0: 4, 1: 3, 2: 2, 3: 1}
     assert set(pp.bubble(f.result)) == {0, 1, 2, 3} and all(0 < v < 1 for v in pp.bubble(f.result).values())
@@ -170,7 +170,7 @@ def test_pp_labs_gpipe_without_the_gradient_send_hangs(clean):
 def test_pp_labs_blocking_1f1b_is_a_send_cycle(clean):
     """Lab 25's first 1F1B: ranks 2 and 3 each block in a send to the other. As an exercise would ask it, too."""
     blocking = _from_lab("25_pipeline.ipynb", "my_1f1b")
-    c = _pp(blocking, 8, rules=[pp.holds_at_most()])
+    c = _pp(blocking, 8, rules=[pp.in_flight("1f1b", 8)])
     assert not c.ok and c.verdict == "hang", c
     assert c.result.diagnosis.kind == "p2p_cycle" and sorted(c.result.diagnosis.culprit_ranks) == [2, 3], c.message
     asked = _pp(blocking, 8, expect="hang", kind="p2p_cycle", culprits=[2, 3])
@@ -178,7 +178,7 @@ def test_pp_labs_blocking_1f1b_is_a_send_cycle(clean):
 
 
 def test_pp_check_rejects_gpipe_handed_in_as_1f1b(clean):
-    c = _pp(pp.gpipe, 8, rules=[pp.holds_at_most()])
+    c = _pp(pp.gpipe, 8, rules=[pp.in_flight("1f1b", 8)])
     assert not c.ok and c.verdict == "rule", c
     assert "stage 0 held the activations of 8 micro-batches" in c.message, c.message
 
@@ -276,4 +276,5 @@ def test_held_counts_a_batch_send_and_a_prefetched_recv():
         + _call(2, "send", 0, 0, peer=0) + _call(3, "send", 0, 0, peer=0),
     })
     assert pp.held(res) == {0: 2, 1: 2}
-    assert pp.holds_at_most().found(res) is None  # stage 1 may hold 1, plus 1 posted ahead
+    assert pp.holding(res) == {0: (2, False), 1: (2, False)}  # read from the calls' order: one may be posted ahead
+    assert pp.in_flight("1f1b", 2).found(res) is None  # stage 1 may hold 1, plus 1 posted ahead

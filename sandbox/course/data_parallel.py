@@ -137,7 +137,8 @@ def skip_none(steps: int = STEPS) -> dict:
 # ------------------------------------------------------------------------------------- part 2: buckets
 def train(wrap, steps: int = STEPS, **model_kw) -> dict:
     """The training loop of part 1 with the communication moved into `wrap`: `wrap(model)` once (install hooks),
-    `.finish()` after each backward (wait for the buckets). The notes mark backward's start and end for `OVERLAP`."""
+    `.finish()` after each backward (wait for the buckets). The notes mark the forward's and the backward's start and
+    end: for `OVERLAP`, and for the timeline's compute strips."""
     rank, world = setup()
     model = make_model(**model_kw)
     averaging = wrap(model)
@@ -145,7 +146,9 @@ def train(wrap, steps: int = STEPS, **model_kw) -> dict:
     for step in range(steps):
         x, y, hard = local(step, rank, world)
         opt.zero_grad()
+        lab.note(forward="start", step=step)
         loss = loss_fn(model(x, hard), y)
+        lab.note(forward="end", step=step)
         lab.note(backward="start", step=step)
         loss.backward()
         lab.note(backward="end", step=step)

@@ -13,7 +13,7 @@ the others, which is exactly the bubble at the end of the schedule. `bubble(res)
 per rank, the time spent inside torch.distributed calls (a recv waiting for its neighbour, a send waiting to be
 received, the final barrier) over the time between the two barriers. GPipe's formula for it, with every stage's
 forward and backward equally long and communication free, is (p - 1) / (m + p - 1); 1F1B has the same bubble and
-holds at most p - rank micro-batches' activations instead of m (`holds_at_most`, a rule the check applies).
+holds at most p - rank micro-batches' activations instead of m (`in_flight`, a rule the check applies).
 
 A gloo send returns only when the peer has posted the matching recv: a 1F1B written with blocking sends deadlocks
 (the last stage sends a gradient back while its neighbour sends it the next activation: the lab's first attempt,
@@ -87,16 +87,25 @@ def start() -> tuple[int, int, dict]:
 
 
 def forward(p: dict, x: torch.Tensor) -> torch.Tensor:
-    """This stage's forward on one micro-batch, with its simulated compute time."""
+    """This stage's forward on one micro-batch, with its simulated compute time. On a sandbox rank, noted in the
+    trace (forward: start, end): what the check counts as a micro-batch taken in, and the timeline draws."""
+    from sandbox import lab
+    lab.note(forward="start")
     time.sleep(FORWARD_S)
-    return apply_stage(p, x)
+    y = apply_stage(p, x)
+    lab.note(forward="end")
+    return y
 
 
 def backward(y: torch.Tensor, grad: torch.Tensor | None = None) -> None:
     """This stage's backward for one micro-batch (`grad`: dL/dy from the next stage; None for the loss itself),
-    with its simulated compute time. The gradients add up in the parameters' .grad and in the input's."""
+    with its simulated compute time. The gradients add up in the parameters' .grad and in the input's. Noted as
+    `forward` is (backward: start, end): its end lets go of the micro-batch's activations."""
+    from sandbox import lab
+    lab.note(backward="start")
     time.sleep(BACKWARD_S)
     y.backward(grad)
+    lab.note(backward="end")
 
 
 def finish(p: dict) -> dict:
@@ -236,46 +245,53 @@ def bubble_line(name: str, res, m: int, predicted: float | None = None) -> str:
 
 
 def held(res) -> dict[int, int]:
-    """The most micro-batches each stage held at once (forwards begun, minus backwards done), read from the order of
-    its point-to-point calls: stage r > 0 begins a forward with a recv from r - 1 and ends a backward with a send
-    to it; stage 0 ends a forward with a send to 1 and begins a backward with a recv from 1."""
+    """{rank: the most micro-batches it held at once}: `holding`'s counts."""
+    return {r: k for r, (k, _) in holding(res).items()}
+
+
+def holding(res) -> dict[int, tuple[int, bool]]:
+    """{rank: (the most micro-batches it held at once, exact)}: forwards begun minus backwards done. Exact where the
+    stage ran the lab's `forward` and `backward`, whose notes say when each began and ended: a micro-batch is held
+    from its forward's start until its backward's end. Otherwise read from the order of the stage's point-to-point
+    calls, which can be one ahead (a recv posted for the next micro-batch before its forward): stage r > 0 begins a
+    forward with a recv from r - 1 and ends a backward with a send to it; stage 0 ends a forward with a send to 1
+    and begins a backward with a recv from 1."""
     from sandbox.calls import p2p_ops
+    noted = {r: 0 for r in range(res.world_size)}
+    now = dict(noted)
+    for e in res.events:
+        said = (e.get("fields") or {}) if e.get("ev") == "note" else {}
+        r = e.get("rank")
+        if said.get("forward") == "start":
+            now[r] += 1
+            noted[r] = max(noted[r], now[r])
+        elif said.get("backward") == "end" and "forward" not in said:
+            now[r] -= 1
     most = {}
     for r in range(res.world_size):
-        now = top = 0
+        if noted[r]:
+            most[r] = (noted[r], True)
+            continue
+        now_r = top = 0
         for e, _ in _calls(res, r):
             for direction, peer, _tag in p2p_ops(e):
                 if r > 0 and peer == r - 1:
-                    now += 1 if direction == "recv" else -1
+                    now_r += 1 if direction == "recv" else -1
                 elif r == 0 and peer == 1:
-                    now += 1 if direction == "send" else -1
-                top = max(top, now)
-        most[r] = top
+                    now_r += 1 if direction == "send" else -1
+                top = max(top, now_r)
+        most[r] = (top, False)
     return most
-
-
-def holds_at_most():
-    """The 1F1B rule (a `sandbox.lab.Rule`): stage r holds at most p - r micro-batches' activations (one more
-    allowed, for a recv posted ahead). GPipe holds all m; the gradients alone cannot tell the two apart."""
-    from sandbox import lab
-
-    def found(res):
-        over = [(r, k) for r, k in held(res).items() if k > res.world_size - r + 1]
-        if not over:
-            return None
-        r, k = over[0]
-        return (f"stage {r} held the activations of {k} micro-batches at once, where 1F1B holds at most "
-                f"{res.world_size - r}")
-    return lab.Rule(says="a stage keeps at most p - rank micro-batches in flight, as 1F1B does", found=found)
 
 
 def in_flight(schedule: str, m: int):
     """A pipeline schedule's rule (a `sandbox.lab.Rule`), read from the order of each stage's point-to-point calls
     (`held`): at its peak stage r of p holds the activations of all m micro-batches under GPipe (every forward before
     any backward), and of min(p - r, m) under 1F1B (p - 1 - r forwards of warm-up, then one forward and one backward
-    in turn; one more allowed, for a recv posted ahead). Fewer, under either, means the micro-batches went one at a
+    in turn; exactly, where the stage ran the lab's forward and backward; one more allowed where only the order of
+    its calls tells, for a recv posted ahead). Fewer, under either, means the micro-batches went one at a
     time through part of the pipeline (no micro-batches at all, a warm-up of 0): the right gradients, a longer
-    bubble. More, under 1F1B, is memory it does not need (`holds_at_most`)."""
+    bubble. More, under 1F1B, is memory it does not need."""
     from sandbox import lab
 
     if schedule not in ("gpipe", "1f1b"):
@@ -286,9 +302,9 @@ def in_flight(schedule: str, m: int):
         return m if schedule == "gpipe" else min(p - r, m)
 
     def found(res):
-        p, got = res.world_size, held(res)
-        few = [(r, k) for r, k in sorted(got.items()) if k < least(r, p)]
-        many = [(r, k) for r, k in sorted(got.items()) if schedule == "1f1b" and k > least(r, p) + 1]
+        p, got = res.world_size, holding(res)
+        few = [(r, k) for r, (k, _) in sorted(got.items()) if k < least(r, p)]
+        many = [(r, k) for r, (k, exact) in sorted(got.items()) if schedule == "1f1b" and k > least(r, p) + (not exact)]
         if few:
             r, k = few[0]
             return (f"stage {r} held the activations of {k} micro-batch{'es' if k != 1 else ''} at most, where {name}"

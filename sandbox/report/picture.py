@@ -33,15 +33,17 @@ def spans(events: list[dict], ranks: list[int]) -> tuple[dict[int, list], list[d
     return bars, list(opened.values())
 
 
-COMPUTE = {"backward": "0.55", "optimizer step": "0.8"}  # grey levels of the compute strips
+COMPUTE = {"forward": "0.75", "backward": "0.45", "optimizer step": "0.88"}  # grey levels of the compute strips
 
 
 def compute(events: list[dict]) -> dict[str, list[tuple[int, float, float]]]:
-    """What each rank computed, as (rank, start, end) by kind: backward (between a note 'backward: start' and the
-    next 'end') and optimizer steps (an `optim` event's `start` and `t`)."""
+    """What each rank computed, as (rank, start, end) by kind: forward and backward (between a note 'forward: start'
+    or 'backward: start' and the next 'end': a build-it lab's code notes them) and optimizer steps (an `optim`
+    event's `start` and `t`)."""
     from sandbox.events import noted_spans
 
-    return {"backward": [(r, a, b) for r, marked in noted_spans(events).items() for a, b in marked],
+    return {**{kind: [(r, a, b) for r, marked in noted_spans(events, kind).items() for a, b in marked]
+               for kind in ("forward", "backward")},
             "optimizer step": [(e["rank"], e["start"], e["t"]) for e in events
                                if e.get("ev") == "optim" and e.get("start")]}
 
