@@ -2,7 +2,10 @@
 tests/data/scale_cases.json, written from the published sources (the ZeRO paper, Korthikanti et al., the
 Ultra-Scale Playbook) by someone who had not read the calculator; and what the sandbox measures on lab 23's small
 model (a rank's bytes of parameters, gradients and Adam state under data parallelism, ZeRO-1, ZeRO-2 and FSDP, on 4
-and 8 ranks), which the calculator must give within the padding of the shards and Adam's step counters."""
+and 8 ranks), which the calculator must give within the padding of the shards and Adam's step counters.
+When a step is communication-bound (`scale.comm_bound`), against tests/data/comm_bound_cases.json, written the same
+way from the scaling book's rooflines, the Playbook and the Megatron papers (its .md says how, and where a published
+figure and the model part)."""
 from __future__ import annotations
 
 import json
@@ -17,6 +20,8 @@ from sandbox.course import sharding as sh
 
 with open(os.path.join(ROOT, "tests", "data", "scale_cases.json")) as f:
     CASES = json.load(f)
+with open(os.path.join(ROOT, "tests", "data", "comm_bound_cases.json")) as f:
+    BOUND = json.load(f)
 
 
 def _id(c: dict) -> str:
@@ -69,3 +74,22 @@ def test_the_concepts_page_shows_what_the_calculator_prints():
     assert [f"{b / 1e9:.3g}" for b in said] == ["275", "55.6", "34.4", "0.604"]
     assert "275 GB without parallelism, 55.6 GB per GPU with t = 8, 34.4 GB with sequence parallelism" in page
     assert "and 0.6 GB with full recomputation on top of both" in page
+
+
+@pytest.mark.parametrize("case", BOUND, ids=[c["id"] for c in BOUND])
+def test_when_a_step_is_communication_bound(case):
+    got = scale.comm_bound(case["strategy"], **case["args"])
+    for key, want in case["expect"].items():
+        if isinstance(want, (int, float)) and not isinstance(want, bool):
+            assert got[key] == pytest.approx(want, rel=0.1), (key, case["why"])
+        else:
+            assert got[key] == want, (key, case["why"])
+
+
+def test_comm_bound_says_what_it_takes():
+    with pytest.raises(ValueError, match="strategy is one of DP, ZeRO-1"):
+        scale.comm_bound("fsdp", params=1, layers=1, hidden=1, n=2, flops=1, bandwidth=1, tokens=1)
+    with pytest.raises(ValueError, match="n is a number of GPUs"):
+        scale.comm_bound("DP", params=1, layers=1, hidden=1, n=0, flops=1, bandwidth=1, tokens=1)
+    one = scale.comm_bound("ZeRO-3", params=1e9, layers=1, hidden=1, n=1, flops=1e12, bandwidth=1e9, tokens=10)
+    assert one["comm_s"] == 0 and one["bound"] == "compute"  # one GPU sends nothing

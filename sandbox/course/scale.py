@@ -100,3 +100,64 @@ def against(held: dict, params: int, n: int) -> str:
         want = model_states(params, strategy, 1 if strategy == "DP" else n, "fp32").total
         lines.append(f"{way:16}{got:>10}{want:>10.0f}{got / want:>8.3f}")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------- time: the roofline
+def _key(strategy: str) -> str:
+    key = str(strategy).lower().replace("-", "")
+    if key not in ("dp", "zero1", "zero2", "zero3", "tp", "pp"):
+        raise ValueError(f"strategy is one of {', '.join(STRATEGIES)}, not {strategy!r}.")
+    return key
+
+
+def comm_bound(strategy: str, *, params: float, layers: int, hidden: int, n: int, flops: float, bandwidth: float,
+               tokens: float, latency: float = 0.0, bytes_per_value: int = 2) -> dict:
+    """Is one training step of a dense transformer communication-bound? `params` parameters in `layers` layers of
+    width `hidden`, on `n` GPUs of `strategy` (one of STRATEGIES; any case, 'zero3' too); each GPU computes at
+    `flops` FLOP/s and sends at `bandwidth` bytes/s, `latency` s per message (the alpha-beta model of lab 21, its
+    beta being 1/bandwidth); `tokens` per data-parallel replica (DP, ZeRO) or per TP or PP group; numbers of
+    `bytes_per_value`. Compute: 6 * params * tokens FLOPs (2 forward, 4 backward), split over n for TP and PP.
+    Communication, by ring collectives (`cost.collective_s`): DP and ZeRO-1/2 all-reduce the gradients once (ZeRO's
+    reduce-scatter and all-gather move the same bytes); ZeRO-3 all-gathers the parameters for forward and again for
+    backward and reduce-scatters the gradients (1.5x); TP all-reduces the activations (tokens x hidden) twice per
+    layer in forward and twice in backward (Megatron-LM); PP sends each micro-batch's activations on and their
+    gradients back. It is communication-bound when the communication takes longer than the backward it can hide
+    behind. {compute_s, hidden_behind_s, comm_s, bound, critical_tokens}: the last is the tokens per GPU below
+    which DP or ZeRO is communication-bound (about flops / bandwidth in 16 bits: the scaling book's C / W); None
+    for TP and PP, whose communication grows with the tokens as their compute does."""
+    from sandbox.course.cost import collective_s
+
+    key = _key(strategy)
+    if not (isinstance(n, int) and n >= 1):
+        raise ValueError(f"n is a number of GPUs, at least 1, not {n!r}.")
+    split = n if key in ("tp", "pp") else 1
+    compute, behind = 6 * params * tokens / flops / split, 4 * params * tokens / flops / split
+    grads, acts = params * bytes_per_value, tokens * hidden * bytes_per_value
+    if key == "zero3":
+        comm = 2 * collective_s("all_gather", grads, n, latency, bandwidth) \
+            + collective_s("reduce_scatter", grads, n, latency, bandwidth)
+    elif key == "tp":
+        comm = 4 * layers * collective_s("all_reduce", acts, n, latency, bandwidth)
+    elif key == "pp":
+        comm = 2 * collective_s("send_recv", acts, n, latency, bandwidth) if n > 1 else 0.0
+    else:
+        comm = collective_s("all_reduce", grads, n, latency, bandwidth)
+    critical = comm * flops / (4 * params) if key not in ("tp", "pp") else None
+    return {"compute_s": compute, "hidden_behind_s": behind, "comm_s": comm,
+            "bound": "communication" if comm > behind else "compute", "critical_tokens": critical}
+
+
+def bound_table(cases: list[tuple[str, int, float]], **common) -> str:
+    """One line per (strategy, n, tokens) of `comm_bound(strategy, n=n, tokens=tokens, **common)`: the backward's
+    time, the communication's, which bounds the step, and (DP, ZeRO) the tokens per GPU below which it is the
+    network."""
+    from sandbox.course.cost import fmt_s
+
+    lines = [f"{'strategy':9}{'GPUs':>5}{'tokens':>8}{'backward':>10}{'comm':>10}  {'bound by':14}"
+             f"{'critical tokens':>15}"]
+    for strategy, n, tokens in cases:
+        b = comm_bound(strategy, n=n, tokens=tokens, **common)
+        crit = "-" if b["critical_tokens"] is None else f"{b['critical_tokens']:.0f}"
+        lines.append(f"{strategy:9}{n:>5}{tokens:>8.0f}{fmt_s(b['hidden_behind_s']):>10}{fmt_s(b['comm_s']):>10}  "
+                     f"{b['bound']:14}{crit:>15}")
+    return "\n".join(lines)
