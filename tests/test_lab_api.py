@@ -473,3 +473,44 @@ def test_a_reference_solution_stays_closed_until_the_learner_opens_it():
         shown = [c for c in cells if "getsource(" in c and "def show(" not in c]
         assert shown == [], (path, shown)
         assert any("lab.solution(" in c for c in cells), path
+
+
+def _empty_body():
+    raise NotImplementedError  # a build-it task as the lab hands it out
+
+
+def _torch_says_not_implemented():
+    raise NotImplementedError("sparse all_reduce is not supported by gloo")  # a real error, with its message
+
+
+def _only_rank_1_unwritten():
+    import torch.distributed as dist
+    if dist.get_rank() == 1:
+        raise NotImplementedError
+    raise ValueError("rank 0's own mistake")
+
+
+def test_a_task_not_written_yet_says_to_do_and_a_real_not_implemented_error_does_not(clean):
+    c = lab.check(_empty_body, n=(2, 3), reference=lambda n: 1, show=False)
+    assert (c.ok, c.verdict, c.title) == (False, "todo", "To do"), c
+    assert c.message.startswith("Not written yet: every rank stopped at the empty body's `raise NotImplementedError`")
+    assert "On 2 ranks" not in c.message  # nothing ran: the size it stopped on says nothing
+    assert 'class="sandbox-check"' in c._repr_html_() and "the run</summary>" not in c._repr_html_()
+    real = lab.check(_torch_says_not_implemented, n=2, reference=lambda n: 1, show=False)
+    assert real.verdict == "error" and "sparse all_reduce is not supported by gloo" in real.message, real
+    mixed = lab.check(_only_rank_1_unwritten, n=2, reference=lambda n: 1, show=False)
+    assert mixed.verdict == "error", mixed
+
+
+def test_each_build_it_lab_has_a_task_from_an_empty_body():
+    """Labs 20, 23 and 25 each hand out one task as a bare `raise NotImplementedError` (the ring's two phases, the
+    ZeRO step, 1F1B's three parts), checked as the lab's other tasks are; the executed cell says To do."""
+    import nbformat
+    for name, fn in (("20_ring_all_reduce", "my_ring"), ("23_sharding", "my_zero_from_nothing"),
+                     ("25_pipeline", "my_1f1b_from_nothing")):
+        nb = nbformat.read(str(Path(ROOT) / "labs" / f"{name}.ipynb"), as_version=4)
+        cells = [c for c in nb.cells if f"def {fn}(" in c.source]
+        assert len(cells) == 1, name
+        body = cells[0].source.split(f"def {fn}(", 1)[1].split("\n\n\n", 1)[0].splitlines()[1:]
+        assert [line.strip().split("#")[0].strip() for line in body] == ["raise NotImplementedError"], body
+        assert "To do: Not written yet" in cells[0].metadata["expect"], name

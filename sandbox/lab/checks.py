@@ -24,17 +24,18 @@ from sandbox.report import html
 from sandbox.report.model import broken_of
 from sandbox.result import RunResult
 
-VERDICTS = ("right", "hang", "wrong", "error", "crash", "contract", "rule", "interrupted")
+VERDICTS = ("right", "hang", "wrong", "error", "crash", "contract", "rule", "interrupted", "todo")
 TITLES = {"right": "Right", "hang": "Hangs", "wrong": "Wrong answer", "error": "Error", "crash": "Crash",
-          "contract": "Breaks a contract", "rule": "Breaks a rule", "interrupted": "Interrupted"}
+          "contract": "Breaks a contract", "rule": "Breaks a rule", "interrupted": "Interrupted", "todo": "To do"}
 EXPECTS = ("right", "hang", "error", "crash", "wrong")
 
 
 @dataclass
 class Check:
     """A learner's code, judged. `verdict` is one of VERDICTS (what the run came to: right, hang, wrong, error,
-    crash, contract, rule, interrupted); `ok` says whether that is what was asked for; `message` says why in a
-    sentence or two; `result` is the run it is based on (None when the code never reached the ranks)."""
+    crash, contract, rule, interrupted; todo for a task not written yet, whose empty body raises
+    NotImplementedError); `ok` says whether that is what was asked for; `message` says why in a sentence or two;
+    `result` is the run it is based on (None when the code never reached the ranks)."""
     ok: bool
     verdict: str
     message: str
@@ -51,8 +52,8 @@ class Check:
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))
 
-    def _repr_html_(self) -> str:
-        return html.check(self.ok, self.title, self.message, self.result)
+    def _repr_html_(self) -> str:  # a task not written yet: its run is N tracebacks of the empty body, not shown
+        return html.check(self.ok, self.title, self.message, self.result if self.verdict != "todo" else None)
 
 
 # ----------------------------------------------------------------------------------------------- the judge
@@ -201,7 +202,7 @@ def in_turn(cases: tuple, one, said, also, *, timeline: bool, show: bool) -> Che
     for case in cases:
         c = one(case)
         if not c.ok:
-            c = Check(False, c.verdict, f"{said(case)}: {c.message}", c.result)
+            c = Check(False, c.verdict, c.message if c.verdict == "todo" else f"{said(case)}: {c.message}", c.result)
             break
         first = first or c
     else:
@@ -218,6 +219,13 @@ def judged(res: RunResult, ref, *, expect: str, kind, culprits, rules, lenient, 
     how = ended(res)
     if how == "interrupted":
         return failed(res)
+    if how == "error" and unwritten(res):
+        site = next((r.error.get("site") for r in res.ranks if r.error and r.error.get("site")), None)
+        if site and site.startswith("<") and ">:" in site:  # a cell's function sent by value: no file name to give
+            site = f"line {site.rsplit(':', 1)[1]} of its cell"
+        return Check(False, "todo", "Not written yet: every rank stopped at the empty body's `raise"
+                                    f" NotImplementedError`{f' ({site})' if site else ''}. Write the body in its"
+                                    " place, then run the cell again.", res)
     bad = first_wrong(res, ref, rtol=rtol, atol=atol) if how == "finished" and ref is not None else []
     if expect == "right":
         if how != "finished":
@@ -247,6 +255,14 @@ def judged(res: RunResult, ref, *, expect: str, kind, culprits, rules, lenient, 
         return Check(False, got, f"It shows {asked}, but {words.listed(misses)}. {said}", res)
     named = f" ({res.diagnosis.kind})" if kind is not None else ""
     return Check(True, got, f"It shows {asked}{named}, as asked. {said}", res)
+
+
+def unwritten(res: RunResult) -> bool:
+    """Did every rank that failed stop at a bare `raise NotImplementedError` (a task's empty body: no message, where
+    torch's own NotImplementedErrors always say what is missing), and none fail otherwise?"""
+    errors = [r.error for r in res.ranks if r.error]
+    return bool(errors) and all(e.get("type") == "NotImplementedError" and not e.get("message") for e in errors) \
+        and all(r.error or r.outcome != "error" for r in res.ranks)
 
 
 def inits_itself(fn, depth: int = 3) -> bool:

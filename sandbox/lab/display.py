@@ -55,7 +55,7 @@ def show_result(res: RunResult | None, timeline: bool = False, shown=None) -> No
         return
     from IPython.display import Image, display
     display(shown)
-    if timeline and res is not None:
+    if timeline and res is not None and getattr(shown, "verdict", None) != "todo":
         try:
             display(Image(data=timeline_png(res), format="png"))
         except Exception as e:  # noqa: BLE001  a picture that cannot be drawn is not the run's failure
