@@ -11,10 +11,10 @@ again for backward, the forward's copy let go; each on 4, 3 and 8 ranks. Lab 24,
 forward and the backward need, each rank's 1/N of the matrix products (torch's FLOP counter), and the backward's
 all_reduce inside backward, on 2, 4 and 8 ranks. Lab 25,
 the micro-batches each stage holds at its peak (all m under GPipe, p - r under 1F1B, counted from each forward's
-start to its backward's end), on the 4 stages of its model,
-each with two numbers of micro-batches (4 and 2 for GPipe, 8 and 2 for 1F1B). Lab 26's attempts are whole scripts
-rebuilt from the lab's description, not the capstone's script, and are not run here. A wrong attempt a check cannot
-tell from a right one is listed in KNOWN_MISSES with the reason, and expected to pass (strictly: the day the check
+start to its backward's end), on the 4 stages of its model, each with two numbers of micro-batches (4 and 2 for
+GPipe, 8 and 2 for 1F1B), then on 3 stages (m = 2, m = 4). Lab 26's attempts are whole scripts rebuilt from the
+lab's description, not the capstone's script, and are not run here. A wrong attempt a check cannot tell from a right
+one is listed in KNOWN_MISSES with the reason, and expected to pass (strictly: the day the check
 rejects it, the test says so).
 """
 from __future__ import annotations

@@ -213,6 +213,43 @@ def _gpipe_no_input_grad(m: int = 4) -> dict:
     return pp.finish(p)
 
 
+def _gpipe_for_four_stages(m: int = 4) -> dict:
+    """The reference GPipe with the last stage written in as rank 3: right on the lab's 4 stages only."""
+    import torch
+    import torch.distributed as dist
+    rank, world, p = pp.start()
+    data = pp.micro_batches(m)
+    first, last = rank == 0, rank == 3
+    stash = []
+    for i in range(m):
+        x = data[i][0] if first else torch.empty_like(data[i][0])
+        if not first:
+            dist.recv(x, src=rank - 1)
+            x.requires_grad_()
+        y = pp.forward(p, x)
+        y = pp.loss_of(y, data[i][1], m) if last else y
+        if not last:
+            dist.send(y.detach(), dst=rank + 1)
+        stash.append((x, y))
+    for x, y in reversed(stash):
+        if last:
+            pp.backward(y)
+        else:
+            grad = torch.empty_like(y)
+            dist.recv(grad, src=rank + 1)
+            pp.backward(y, grad)
+        if not first:
+            dist.send(x.grad, dst=rank - 1)
+    return pp.finish(p)
+
+
+def test_pp_check_runs_an_odd_number_of_stages_too(clean):
+    c = pp.check(_gpipe_for_four_stages, "gpipe", show=False)
+    assert not c.ok and c.message.startswith("On 3 stages with m = 2: "), c
+    right = pp.check(pp.gpipe, "gpipe", show=False)
+    assert right.ok and right.message.endswith("and the same on 4 stages with m = 2 and on 3 stages with m = 2."), right
+
+
 @pytest.mark.parametrize("attempt", [_gpipe_no_input_grad, "last_stage_in_order"])
 def test_pp_check_rejects_wrong_gradients(attempt, clean):
     """Zeros sent back as gradients; the last stage's backward in another order than its neighbour's (lab 25's

@@ -320,22 +320,27 @@ def in_flight(schedule: str, m: int):
     return lab.Rule(says=says, found=found)
 
 
-MS = {"gpipe": (4, 2), "1f1b": (8, 2)}  # the micro-batch counts each schedule is checked with (m < p among them)
+# (stages, micro-batches) each schedule is checked with, in turn: m < p among them, and an odd number of stages
+CASES = {"gpipe": ((4, 4), (4, 2), (3, 2)), "1f1b": ((4, 8), (4, 2), (3, 4))}
 
 
-def check(fn, schedule: str, ms: tuple[int, ...] | None = None, n: int = 4, **options):
-    """Lab 25's check of a learner's schedule: `lab.check` on `n` stages with each m of `ms` in turn (by default
-    MS[schedule]), against `reference`, with the schedule's rule (`in_flight`) for that m. A schedule right for
-    one m can be wrong for another: a loss divided by a fixed 4, a warm-up that forgets m < p. Returns the first m's
-    answer that is not right, said with its m; else the first m's, which says every m it held for."""
-    from sandbox import lab
+def check(fn, schedule: str, ms: tuple[int, ...] | None = None, n: int | None = None, **options):
+    """Lab 25's check of a learner's schedule: `lab.check` on each (stages, m) of CASES[schedule] in turn, or on `n`
+    stages with each m of `ms` where either is given, against `reference`, with the schedule's rule (`in_flight`)
+    for that m. A schedule right for one m or p can be wrong for another: a loss divided by a fixed 4, a warm-up that
+    forgets m < p, a stage count written in. Returns the first case's answer that is not right, said with its p and
+    m; else the first case's, which says every case it held for."""
+    from sandbox import lab, words
     from sandbox.lab.checks import in_turn
 
-    if schedule not in MS:
+    if schedule not in CASES:
         raise ValueError(f"schedule is 'gpipe' or '1f1b', not {schedule!r}.")
+    cases = CASES[schedule] if ms is None and n is None else \
+        tuple((n or 4, m) for m in (ms or dict.fromkeys(m for _, m in CASES[schedule])))
     timeline, show = options.pop("timeline", False), options.pop("show", True)
-    return in_turn(tuple(ms or MS[schedule]),
-                   lambda m: lab.check(fn, n=n, kwargs={"m": m}, reference=reference, rules=[in_flight(schedule, m)],
-                                       show=False, **options),
-                   lambda m: f"With m = {m}", lambda rest: f"with m = {', '.join(str(m) for m in rest)}",
+    return in_turn(cases,
+                   lambda c: lab.check(fn, n=c[0], kwargs={"m": c[1]}, reference=reference,
+                                       rules=[in_flight(schedule, c[1])], show=False, **options),
+                   lambda c: f"On {c[0]} stages with m = {c[1]}",
+                   lambda rest: words.listed([f"on {p} stages with m = {m}" for p, m in rest]),
                    timeline=timeline, show=show)
