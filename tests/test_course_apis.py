@@ -65,3 +65,13 @@ def test_torch_pipelining_gives_lab_25s_gradients_and_refuses_fewer_micro_batche
     assert not c.ok and said in c.message, c.message
     nb = json.load(open(os.path.join(ROOT, "labs", "25_pipeline.ipynb")))
     assert any(said in "".join(cell["source"]) for cell in nb["cells"])
+
+
+def test_a_2d_mesh_of_data_and_tensor_parallelism_matches_one_process(clean):
+    """Lab 24's MLP on a 2-D DeviceMesh: 2-way TP inside each replica, FSDP2 over 2 (then 4) replicas, each on its
+    share of the batch: every parameter's whole gradient is one process's on the whole batch."""
+    for n, dp in ((4, 2), (8, 4)):
+        c = lab.check(apis.dp_tp, n=n, kwargs={"dp": dp}, reference=apis.dp_tp_reference, show=False)
+        assert c.ok, (n, dp, c.message)
+    c = lab.check(apis.dp_tp, n=4, kwargs={"dp": 3}, show=False)
+    assert not c.ok and "4 ranks do not split into 3 data-parallel replicas" in c.message, c.message

@@ -7,7 +7,8 @@ one process, so that `lab.check(fn, reference=...)` holds PyTorch's version to t
 - `fsdp2` (lab 23): `torch.distributed.fsdp.fully_shard` on every Linear of lab 23's model and on the model, over a
   1-D CPU DeviceMesh; its parameters become DTensors sharded on dim 0, and Adam steps each rank's shards;
 - `tensor_parallel` (lab 24): `torch.distributed.tensor.parallel.parallelize_module` with `ColwiseParallel` on the
-  first Linear and `RowwiseParallel` on the second, the split lab 24 builds by hand (f and g included);
+  first Linear and `RowwiseParallel` on the second, the split lab 24 builds by hand (f and g included); `dp_tp`,
+  the same split inside each data-parallel replica of a 2-D DeviceMesh (FSDP2 over the replicas);
 - `pipeline` (lab 25): `torch.distributed.pipelining`'s `PipelineStage` run by `ScheduleGPipe` or `Schedule1F1B`
   (which refuses fewer micro-batches than stages).
 All run on gloo and the CPU. FSDP2's and DTensor's collectives are functional collectives and DDP's run in its C++
@@ -55,6 +56,19 @@ def fsdp2() -> dict:
     return {name: _full(p.detach()).reshape(-1).tolist() for name, p in model.named_parameters()}  # as sh.weights
 
 
+def _tp_model() -> nn.Sequential:
+    """Lab 24's MLP as torch modules, with its weights: Linear(D -> H), GELU, Linear(H -> D)."""
+    from sandbox.course import tensor_parallel as tp
+
+    w = tp.weights()
+    model = nn.Sequential(nn.Linear(tp.D, tp.H), nn.GELU(), nn.Linear(tp.H, tp.D))
+    with torch.no_grad():
+        for m, (wk, bk) in ((model[0], ("w1", "b1")), (model[2], ("w2", "b2"))):
+            m.weight.copy_(w[wk])
+            m.bias.copy_(w[bk])
+    return model
+
+
 def tensor_parallel() -> dict:
     """Lab 24's MLP split by DTensor: the same weights and batch, forward and backward; returns what `tp.tp_mlp`
     returns (this rank's slices of w1, b1 and w2's gradients, all of b2's)."""
@@ -63,12 +77,7 @@ def tensor_parallel() -> dict:
     from sandbox.course import tensor_parallel as tp
 
     tp.setup()
-    w = tp.weights()
-    model = nn.Sequential(nn.Linear(tp.D, tp.H), nn.GELU(), nn.Linear(tp.H, tp.D))
-    with torch.no_grad():
-        for m, (wk, bk) in ((model[0], ("w1", "b1")), (model[2], ("w2", "b2"))):
-            m.weight.copy_(w[wk])
-            m.bias.copy_(w[bk])
+    model = _tp_model()
     parallelize_module(model, _cpu_mesh(), {"0": ColwiseParallel(), "2": RowwiseParallel()})
     x, target = tp.batch()
     x.requires_grad_()
@@ -136,3 +145,40 @@ def pipeline(schedule: str = "1f1b", m: int = 8) -> dict:
     else:
         runner.step()
     return {"w": stage.w.grad, "b": stage.b.grad}
+
+
+def dp_tp(dp: int = 2) -> dict:
+    """Lab 24's MLP on a 2-D DeviceMesh: `dp` data-parallel replicas (mesh dim "dp"), each a tensor-parallel group of
+    world / dp ranks (dim "tp"). `parallelize_module` splits the two Linears over "tp" as `tensor_parallel` does, then
+    FSDP2's `fully_shard` over "dp" shards the result across the replicas and averages their gradients; replica d
+    trains on its share of the batch. Returns every parameter's whole gradient, which `dp_tp_reference` gives from
+    one process on the whole batch."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from sandbox.course import tensor_parallel as tp
+
+    tp.setup()
+    world = dist.get_world_size()
+    if world % dp:
+        raise ValueError(f"{world} ranks do not split into {dp} data-parallel replicas.")
+    mesh = init_device_mesh("cpu", (dp, world // dp), mesh_dim_names=("dp", "tp"))
+    model = _tp_model()
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    x, target = tp.batch()
+    replica = mesh.get_local_rank("dp")
+    tp.loss_fn(model(x.tensor_split(dp)[replica]), target.tensor_split(dp)[replica]).backward()
+    return {name: p.grad.full_tensor() for name, p in model.named_parameters()}
+
+
+def dp_tp_reference(n: int, dp: int = 2) -> dict:
+    """`dp_tp`'s gradients from one process: the whole MLP on the whole batch (equal shares average to it)."""
+    from sandbox.course import tensor_parallel as tp
+
+    model = _tp_model()
+    x, target = tp.batch()
+    tp.loss_fn(model(x), target).backward()
+    return {name: p.grad for name, p in model.named_parameters()}
