@@ -157,6 +157,10 @@ def test_pp_reference_schedules_pass_and_hold_what_they_should(clean):
     f = _pp(pp.one_f_one_b, 8, rules=[pp.in_flight("1f1b", 8)])
     assert f.ok and f.verdict == "right", f
     assert pp.held(f.result) == {0: 4, 1: 3, 2: 2, 3: 1}
+    over_time = pp.held_over_time(f.result)  # held from each forward's start to its backward's end: back to 0
+    assert {r: max(k for _, k in steps) for r, steps in over_time.items()} == pp.held(f.result)
+    assert all(steps[-1][1] == 0 and len(steps) == 16 for steps in over_time.values()), over_time
+    assert pp.held_png({"GPipe": g.result, "1F1B": f.result}).startswith(b"\x89PNG")
     assert set(pp.bubble(f.result)) == {0, 1, 2, 3} and all(0 < v < 1 for v in pp.bubble(f.result).values())
 
 

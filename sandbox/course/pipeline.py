@@ -28,6 +28,9 @@ from collections import deque
 import torch
 import torch.nn.functional as F
 
+from sandbox.course.pipeline_measure import (GUESS_TOLERANCE, bubble, bubble_formula, bubble_line,  # noqa: F401
+                                             held, held_over_time, held_png, holding)
+
 D, BATCH = 8, 16  # width of every stage, rows in the batch (m must divide it)
 FORWARD_S, BACKWARD_S = 0.05, 0.1  # a stage's simulated compute: the backward costs twice the forward
 
@@ -196,94 +199,7 @@ def one_f_one_b(m: int = 8) -> dict:
     return finish(p)
 
 
-# ----------------------------------------------------------------------------------------------- measuring
-def bubble_formula(p: int, m: int) -> float:
-    """GPipe's bubble: the idle fraction of every stage, (p - 1) / (m + p - 1)."""
-    return (p - 1) / (m + p - 1)
-
-
-def _calls(res, rank: int) -> list[tuple[dict, float | None]]:
-    """A rank's calls in order: (its enter event, the time it returned, None if it never did)."""
-    enters, exits = {}, {}
-    for e in res.events:
-        if e.get("rank") == rank and e.get("ev") in ("enter", "exit"):
-            (enters if e["ev"] == "enter" else exits)[e["id"]] = e
-    return [(enters[i], exits[i]["t"] if i in exits else None) for i in sorted(enters)]
-
-
-def bubble(res) -> dict[int, float]:
-    """Each rank's idle fraction, from the run's events: the time inside torch.distributed calls after the first
-    barrier returned, until the last barrier returned, over that window. Needs a run that finished."""
-    idle = {}
-    for r in range(res.world_size):
-        calls = [(e, t) for e, t in _calls(res, r) if t is not None]
-        barriers = [(e, t) for e, t in calls if e["op"] == "barrier"]
-        if len(barriers) < 2:
-            raise ValueError(f"rank {r} made {len(barriers)} barrier calls: a schedule starts with start() and ends "
-                             "with finish(), which make one each.")
-        t0, t1 = barriers[0][1], barriers[-1][1]
-        waited = sum(t - e["t"] for e, t in calls if e["t"] >= t0 and t <= t1)
-        idle[r] = waited / (t1 - t0)
-    return idle
-
-
-GUESS_TOLERANCE = 0.02  # a guess of the bubble is right within this of the formula (its answer has two decimals)
-
-
-def bubble_line(name: str, res, m: int, predicted: float | None = None) -> str:
-    """'GPipe, p=4, m=4: idle per rank 0.47 0.45 0.44 0.45 (mean 0.45); (p-1)/(m+p-1) = 0.43; you said 0.25:
-    wrong'. The guess is graded against the formula, which is what the question asks for (equal steps, free
-    messages); the measured bubble sits a little above it."""
-    idle = bubble(res)
-    p = res.world_size
-    said = ""
-    if predicted is not None:
-        right = abs(predicted - bubble_formula(p, m)) <= GUESS_TOLERANCE
-        said = f"; you said {predicted:.2f}: {'right' if right else 'wrong'}"
-    return (f"{name}, p={p}, m={m}: idle per rank {' '.join(f'{v:.2f}' for v in idle.values())} (mean "
-            f"{sum(idle.values()) / p:.2f}); (p-1)/(m+p-1) = {bubble_formula(p, m):.2f}{said}")
-
-
-def held(res) -> dict[int, int]:
-    """{rank: the most micro-batches it held at once}: `holding`'s counts."""
-    return {r: k for r, (k, _) in holding(res).items()}
-
-
-def holding(res) -> dict[int, tuple[int, bool]]:
-    """{rank: (the most micro-batches it held at once, exact)}: forwards begun minus backwards done. Exact where the
-    stage ran the lab's `forward` and `backward`, whose notes say when each began and ended: a micro-batch is held
-    from its forward's start until its backward's end. Otherwise read from the order of the stage's point-to-point
-    calls, which can be one ahead (a recv posted for the next micro-batch before its forward): stage r > 0 begins a
-    forward with a recv from r - 1 and ends a backward with a send to it; stage 0 ends a forward with a send to 1
-    and begins a backward with a recv from 1."""
-    from sandbox.calls import p2p_ops
-    noted = {r: 0 for r in range(res.world_size)}
-    now = dict(noted)
-    for e in res.events:
-        said = (e.get("fields") or {}) if e.get("ev") == "note" else {}
-        r = e.get("rank")
-        if said.get("forward") == "start":
-            now[r] += 1
-            noted[r] = max(noted[r], now[r])
-        elif said.get("backward") == "end" and "forward" not in said:
-            now[r] -= 1
-    most = {}
-    for r in range(res.world_size):
-        if noted[r]:
-            most[r] = (noted[r], True)
-            continue
-        now_r = top = 0
-        for e, _ in _calls(res, r):
-            for direction, peer, _tag in p2p_ops(e):
-                if r > 0 and peer == r - 1:
-                    now_r += 1 if direction == "recv" else -1
-                elif r == 0 and peer == 1:
-                    now_r += 1 if direction == "send" else -1
-                top = max(top, now_r)
-        most[r] = (top, False)
-    return most
-
-
+# ----------------------------------------------------------------------------------------------- the rules
 def in_flight(schedule: str, m: int):
     """A pipeline schedule's rule (a `sandbox.lab.Rule`), read from the order of each stage's point-to-point calls
     (`held`): at its peak stage r of p holds the activations of all m micro-batches under GPipe (every forward before
