@@ -149,6 +149,11 @@ def _exchange(mode):
     for layer, k, v in incoming:
         cache[layer] = (k, v)
     tokens = decode(model, cache, first)
+    if mode != "batch":
+        # every rank has received all it was sent before any tears its group down: without this, a rank done early
+        # destroys its group while its unwaited isends still feed a slower peer, which then fails with "Connection
+        # closed by peer" (seen under load); with it the run finishes, its values right and its contract broken
+        dist.barrier()
     dist.destroy_process_group()
     return {"pairwise": tokens, "ring": tokens}
 
