@@ -20,7 +20,7 @@ import sys
 from sandbox import _paths, ending, rundir, topology, trace
 from sandbox._proc import die_with_parent
 from sandbox.topology import Topology
-from sandbox.trace import recorder
+from sandbox.trace import perturb, recorder
 
 _prepared: dict = {}
 
@@ -130,6 +130,7 @@ def main(spec: dict, rank: int, port: int, zygote: int) -> None:
     armed = recorder.arm(run_dir, rank)  # before the user's code creates a group: the recorder reads its size then
     trace.start(rundir.trace(run_dir, rank), rank, world_size=ws,
                 local_rank=(topo or topology.single(ws)).local_rank(rank), flight=armed)
+    perturb.install(rank)  # an explored schedule's delays, if the run has one (sandbox.explore)
     ending.exit_now(run_target(spec, rank))
 
 

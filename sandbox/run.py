@@ -4,6 +4,8 @@
     python -m sandbox.run -n 4 --json -m mypkg.train
     python -m sandbox.run -n 2 --hang-after 2 --timeout 60 --timeline hang.png --stacks train.py
     python -m sandbox.run -n 2 -v --debug DETAIL train.py   # -v: what the sandbox itself does, timed, on stderr
+    python -m sandbox.run -n 4 --explore 16 train.py        # 16 schedules a cluster could give it (sandbox.explore)
+    python -m sandbox.run -n 4 --replay 7 train.py          # the one of seed 7 again
     python -m sandbox.run --nnodes 2 --nproc-per-node 2 train.py  # two simulated nodes (as root), two ranks each
     python -m sandbox.run --nnodes 2 --nproc-per-node 2 --link-down 1@3s+5s --timeline t.png train.py
     python -m sandbox.run --launcher torchrun --nnodes 2 --nproc-per-node 2 --max-restarts 1 --kill-node 1@rank2:10 \
@@ -61,6 +63,14 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--stacks", action="store_true",
                    help="after the report, print the Python stack of every rank the sandbox ended (hung or stopped)")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank (NCCL); needs as many GPUs as ranks")
+    p.add_argument("--explore", type=cli.positive_int, metavar="K",
+                   help="run it K more times, each under another schedule a cluster could give it (ranks started "
+                        "late, one held before one of its calls, a slow rank; sandbox.explore), and report what "
+                        "failed with the seed that replays it; stops at the first failure unless --explore-all")
+    p.add_argument("--explore-all", action="store_true", help="with --explore: run all K schedules, and list every "
+                                                               "distinct outcome")
+    p.add_argument("--replay", type=cli.positive_int, metavar="SEED",
+                   help="run it under the schedule of SEED, as --explore reported it")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when the run broke a contract, even if it finished (for CI: the report's last "
                         "line says so)")
@@ -139,6 +149,12 @@ def main(argv=None) -> int:
         p.error("--launcher torchrun, --cap and faults run on simulated nodes: give --nnodes 2 or more")
     if torchrun and a.gpu:
         p.error("--launcher torchrun runs CPU ranks on simulated nodes: leave out --gpu")
+    if (a.explore or a.replay) and (torchrun or a.nnodes > 1 or a.kill_node or a.link_down):
+        p.error("--explore and --replay run the sandbox's own ranks on one node: leave out --nnodes and faults")
+    if a.explore and a.replay:
+        p.error("--explore finds a schedule, --replay runs one: give one of them")
+    if a.explore_all and not a.explore:
+        p.error("--explore-all goes with --explore K")
     from sandbox import faults as faultlib
 
     try:
@@ -172,6 +188,8 @@ def main(argv=None) -> int:
     threading.Thread(target=_preload_report, daemon=True).start()
     strict_fail = False
     node_options = {"cap": a.cap} if a.cap else None
+    if a.explore or a.replay:
+        return _explore(a, world, echo if live else None)
     try:
         if torchrun:
             from sandbox import agents
@@ -214,6 +232,45 @@ def main(argv=None) -> int:
         print()
         print(f"--strict: {n} contract warning{'s' if n != 1 else ''}, exit code 1")
     return code
+
+
+def _explore(a, world: int, on_output) -> int:
+    """--explore K and --replay SEED: every run forked by one warm zygote, with the options of a plain run."""
+    from sandbox import explore, report
+    from sandbox.launcher import Interrupted, UsageError, run_script
+
+    def start(env: dict):
+        return run_script(a.module or a.script, a.args, world_size=world, module=a.module is not None,
+                          hang_after=a.hang_after, timeout=a.timeout, gpu=a.gpu, debug=a.debug, env=env, warm=True,
+                          on_output=on_output)
+
+    def again(seed: int) -> str:
+        what = (["-m", a.module] if a.module else [a.script]) + list(a.args)
+        return " ".join([PROG, "--replay", str(seed), "-n", str(world), *what])
+
+    try:
+        if a.replay:
+            schedule, res = explore.replay(start, a.replay)
+            said = f"schedule {a.replay}: {schedule.words()}"
+        else:
+            found = explore.explore(start, a.explore, every=a.explore_all)
+            said = found.summary(again)
+            failed = found.failed
+            res = failed[1] if failed else found.baseline
+    except UsageError as e:
+        cli.say(PROG, str(e))
+        return 2
+    except Interrupted as e:
+        cli.say(PROG, "interrupted")
+        return defaults.interrupted_exit(e.signal)
+    if a.json:
+        print(json.dumps({"schedules": said, "result": res.to_dict()}))
+        return 0 if res.ok else 1
+    print(said)
+    if not res.ok or a.replay:
+        print()
+        report.print_result(res, logs=on_output is None)
+    return 0 if res.ok else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,120 @@
+"""Run a program under the schedules a real cluster could give it, and replay the one that fails.
+
+    python -m sandbox.run --explore 16 -n 4 train.py      # 16 schedules after one unperturbed run
+    python -m sandbox.run --replay 7 -n 4 train.py        # schedule 7 again
+
+First the program runs as it is. If that run fails there is nothing to explore: its report is the answer. Otherwise
+its trace says which calls each rank made, and each explored run gets the schedule of one seed
+(`sandbox.schedules.drawn`: one rank held before each of its calls in turn, then start delays, holds and a slow rank
+at random), seeds 1 to K,
+so an exploration is the same every time it is run. It stops at the first run that fails (or, with `every`, runs all
+K) and reports each distinct outcome with the seeds that gave it; `replay(seed)` runs the unperturbed program once
+more (for its calls) and then the seed's schedule. The runs share one warm zygote: after the first, a run costs a
+fork.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from sandbox import schedules, words
+from sandbox.result import RunResult
+from sandbox.schedules import Schedule
+
+Start = Callable[[dict], RunResult]  # start one run with this extra environment for the ranks; its result
+
+
+def outcome(res: RunResult) -> str:
+    """What a run came to, in the words that tell two outcomes apart: 'ok', or the verdict, the diagnosis kind and
+    the culprit ranks ('error [rank_error] ranks 1')."""
+    if res.ok:
+        return "ok"
+    d = res.diagnosis
+    who = f" {words.ranks(sorted(d.culprit_ranks))}" if d.culprit_ranks else ""
+    return f"{res.verdict} [{d.kind}]{who}"
+
+
+def calls_made(res: RunResult) -> dict[int, list[str]]:
+    """{rank: the ops of the traced calls it entered, in order}, waits on a Work aside: what a schedule's hold
+    counts (every rank listed)."""
+    made: dict[int, list[str]] = {r.rank: [] for r in res.ranks}
+    for e in res.events:
+        if e.get("ev") == "enter" and e.get("op") != "wait" and e.get("rank") in made:
+            made[e["rank"]].append(e.get("op"))
+    return made
+
+
+@dataclass
+class Explored:
+    """An exploration: the unperturbed run, then each explored schedule with its run, in seed order."""
+    baseline: RunResult
+    asked: int
+    runs: list[tuple[Schedule, RunResult]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> tuple[Schedule | None, RunResult] | None:
+        """The first failing run, with its schedule (None for the unperturbed run), or None."""
+        if not self.baseline.ok:
+            return None, self.baseline
+        return next(((s, r) for s, r in self.runs if not r.ok), None)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed is None
+
+    def outcomes(self) -> dict[str, list[Schedule]]:
+        """{outcome: the schedules that gave it}, in the order first seen."""
+        seen: dict[str, list[Schedule]] = {}
+        for s, r in self.runs:
+            seen.setdefault(outcome(r), []).append(s)
+        return seen
+
+    def summary(self, replay: Callable[[int], str] | None = None) -> str:
+        """A few lines: how many schedules, each distinct outcome with its seeds and the first one's schedule in
+        words, and how to replay a failing one; where every run passed, what was explored."""
+        if not self.baseline.ok:
+            return f"The program fails without any perturbation ({outcome(self.baseline)}): nothing to explore."
+        n = self.baseline.world_size
+        lines = [f"Explored {words.plural(len(self.runs), 'schedule')} of {words.plural(n, 'rank')} after one "
+                 f"unperturbed run" + (f", stopped at the first failure ({len(self.runs)} of {self.asked})"
+                                       if len(self.runs) < self.asked else "") + ":"]
+        for said, ss in self.outcomes().items():
+            seeds = ", ".join(str(s.seed) for s in ss)
+            lines.append(f"  {said}: {words.plural(len(ss), 'run')} (seed{'s' if len(ss) > 1 else ''} {seeds})")
+            if said != "ok":
+                lines.append(f"    seed {ss[0].seed}: {ss[0].words()}")
+                if replay is not None:
+                    lines.append(f"    replay: {replay(ss[0].seed)}")
+        if self.ok:
+            held = sorted({s.hold[0] for s, _ in self.runs if s.hold})
+            slow = sum(1 for s, _ in self.runs if s.slow)
+            late = sum(1 for s, _ in self.runs if any(s.start))
+            lines.append(f"  every run finished: holds of {', '.join(f'{x:g}' for x in schedules.HOLDS_S)} s on "
+                         f"{words.ranks(held)} before calls they make, {late} with ranks started late (up to "
+                         f"{schedules.START_S * 1000:.0f} ms), {slow} with a slow rank")
+        return "\n".join(lines)
+
+
+def explore(start: Start, k: int, *, every: bool = False) -> Explored:
+    """The unperturbed run, then up to `k` schedules (seeds 1..k), stopping at the first failure unless `every`."""
+    if not (isinstance(k, int) and k >= 1):
+        raise ValueError(f"explore takes a number of schedules, at least 1, not {k!r}.")
+    got = Explored(baseline=start({}), asked=k)
+    if not got.baseline.ok:
+        return got
+    calls = calls_made(got.baseline)
+    for seed in range(1, k + 1):
+        s = schedules.drawn(seed, calls)
+        res = start(s.env())
+        got.runs.append((s, res))
+        if not res.ok and not every:
+            break
+    return got
+
+
+def replay(start: Start, seed: int) -> tuple[Schedule, RunResult]:
+    """Seed `seed`'s schedule again: one unperturbed run for the calls each rank makes, then the schedule's run."""
+    if not (isinstance(seed, int) and seed >= 1):
+        raise ValueError(f"a seed is a whole number from 1, not {seed!r}.")
+    s = schedules.drawn(seed, calls_made(start({})))
+    return s, start(s.env())

@@ -1,0 +1,97 @@
+"""The schedules a real cluster could give a run, as perturbations of timing the ranks apply to themselves.
+
+A program that passed once proves little: on a cluster its ranks start at different times, one is held up by a page
+fault or a slow disk before some call, one runs slower throughout; which of two senders a recv without a source
+matches, whether an isend's buffer is read before the program writes it again, whether a store key is set before it
+is read: all follow. `--explore K` (`sandbox.explore`) runs a program K times, each under one `Schedule`, drawn from a
+seed and the calls the program made in an unperturbed first run (so that a hold lands on a call it makes: each call
+in turn first, point-to-point ones before the rest), and `--replay SEED` gives the same schedule again.
+
+What a schedule holds, every part applied inside the ranks (`sandbox.trace.perturb`):
+- `start`: each rank's delay, in seconds, before its program starts;
+- `hold`: (rank, k, seconds): that rank sleeps before its k-th traced call (calls counted from 1, as the trace
+  numbers them; waits on a Work not counted);
+- `slow`: (rank, seconds): that rank sleeps before each of its traced calls.
+A rank asleep is in its own code, not in a call, so the watchdog never takes it for hung. Torch-free.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+
+ENV = "SANDBOX_SCHEDULE"  # the schedule a rank applies, as JSON (set by the launcher for one run)
+HOLDS_S = (0.05, 0.2, 0.5)  # how long a held rank sleeps, at random (below hang_after: asleep is not hung)
+SLOW_S = (0.005, 0.02)      # a slow rank's sleep before each call
+START_S = 0.3               # a rank's start delay is drawn from [0, START_S]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    seed: int
+    start: tuple[float, ...]
+    hold: tuple[int, int, float] | None = None
+    slow: tuple[int, float] | None = None
+
+    def env(self) -> dict[str, str]:
+        return {ENV: json.dumps({"start": list(self.start), "hold": self.hold, "slow": self.slow})}
+
+    def words(self) -> str:
+        """'rank 2 held 0.5 s before its call 17; rank 1 slow (20 ms before each call); starts 0, 120, 0, 40 ms'."""
+        parts = []
+        if self.hold:
+            r, k, s = self.hold
+            parts.append(f"rank {r} held {s:g} s before its call {k}")
+        if self.slow:
+            parts.append(f"rank {self.slow[0]} slow ({self.slow[1] * 1000:g} ms before each call)")
+        if any(self.start):
+            parts.append("starts " + ", ".join(f"{s * 1000:.0f}" for s in self.start) + " ms")
+        return "; ".join(parts) or "no perturbation"
+
+
+def _weight(op: str) -> int:
+    """Which calls a hold tries first: point-to-point ones (what a recv matches, when an isend's buffer is read),
+    then collectives and the rest, then the group's creation and end (a hold there is a late start)."""
+    from sandbox.calls import OPS
+
+    kind = OPS[op].kind if op in OPS else "local"
+    return {"p2p": 0, "coll": 1, "new_group": 1, "local": 2}.get(kind, 3)
+
+
+def holds(made: dict[int, list[str]]) -> list[tuple[int, int]]:
+    """Every (rank, k) a hold can land on, in the order they are tried: by `_weight` of the call, then by k, then
+    by rank."""
+    return sorted(((r, k) for r, ops in made.items() for k in range(1, len(ops) + 1)),
+                  key=lambda rk: (_weight(made[rk[0]][rk[1] - 1]), rk[1], rk[0]))
+
+
+def drawn(seed: int, made: dict[int, list[str]]) -> Schedule:
+    """The schedule of `seed` for a run whose ranks made the calls `made` ({rank: the ops of its traced calls, in
+    order, waits aside}) unperturbed; the same seed and calls give the same schedule. The first seeds hold each call
+    in turn (`holds`), 0.2 s, then again 0.5 s, one call per seed and nothing else, so that the calls a program
+    makes are each tried; later seeds are drawn at random: start delays for about half of the ranks, one rank held
+    before one of its calls, about a third of them a slow rank too."""
+    if not made:
+        raise ValueError("a schedule is drawn for the ranks of a run: none given.")
+    n = max(made) + 1
+    tried = holds(made)
+    if seed <= 2 * len(tried):
+        r, k = tried[(seed - 1) % len(tried)]
+        return Schedule(seed=seed, start=(0.0,) * n, hold=(r, k, 0.2 if seed <= len(tried) else 0.5))
+    rng = random.Random(seed)
+    start = tuple(round(rng.uniform(0, START_S), 3) if rng.random() < 0.5 else 0.0 for _ in range(n))
+    rank = rng.randrange(n)
+    hold = (rank, rng.randint(1, max(1, len(made.get(rank, ())))), rng.choice(HOLDS_S))
+    slow = (rng.randrange(n), rng.choice(SLOW_S)) if rng.random() < 1 / 3 else None
+    return Schedule(seed=seed, start=start, hold=hold, slow=slow)
+
+
+def parsed(raw: str | None) -> dict | None:
+    """The schedule a rank was given (`ENV`'s value), or None; a malformed one is None (the run is not perturbed)."""
+    if not raw:
+        return None
+    try:
+        s = json.loads(raw)
+    except ValueError:
+        return None
+    return s if isinstance(s, dict) else None

@@ -1,0 +1,117 @@
+"""Exploring schedules (issue 31): `sandbox.schedules` draws a schedule from a seed and the calls of an unperturbed
+run, `sandbox.trace.perturb` applies it inside a rank, `sandbox.explore` runs the program under K of them and
+replays one. The programs of tests/data/schedules/ (written blind, from bug reports, with a correct twin each) are
+in test_schedule_cases.py; here, the parts, on small programs of this file's own."""
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+
+import pytest
+
+from sandbox import explore, schedules
+from sandbox.run import main as run_main
+
+
+def test_a_seed_gives_one_schedule_and_the_first_seeds_hold_each_call_in_turn_p2p_first():
+    made = {0: ["init_process_group", "barrier", "isend", "destroy_process_group"],
+            1: ["init_process_group", "barrier", "recv", "destroy_process_group"]}
+    order = schedules.holds(made)
+    assert order[:2] == [(0, 3), (1, 3)]  # the isend and the recv before anything else
+    assert set(order) == {(r, k) for r in (0, 1) for k in range(1, 5)} and len(order) == 8
+    firsts = [schedules.drawn(seed, made) for seed in range(1, 17)]
+    assert [s.hold[:2] for s in firsts[:8]] == order and [s.hold[:2] for s in firsts[8:]] == order
+    assert {s.hold[2] for s in firsts[:8]} == {0.2} and {s.hold[2] for s in firsts[8:]} == {0.5}
+    assert all(not any(s.start) and s.slow is None for s in firsts)  # one call held, nothing else
+    later = [schedules.drawn(seed, made) for seed in range(17, 60)]
+    assert later == [schedules.drawn(seed, made) for seed in range(17, 60)]  # the same seed, the same schedule
+    assert any(any(s.start) for s in later) and any(s.slow for s in later)
+    assert all(1 <= s.hold[1] <= 4 and s.hold[2] in schedules.HOLDS_S for s in later)
+    assert firsts[1].words() == "rank 1 held 0.2 s before its call 3"
+    assert schedules.parsed(firsts[1].env()[schedules.ENV]) == {"start": [0.0, 0.0], "hold": [1, 3, 0.2],
+                                                                "slow": None}
+    assert schedules.parsed("not json") is None and schedules.parsed(None) is None
+    with pytest.raises(ValueError, match="none given"):
+        schedules.drawn(1, {})
+
+
+RACE = """
+import time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(1)
+dist.barrier()
+if rank == 0:
+    time.sleep(0.1)  # some compute: rank 1 is usually in its recv by now
+    {send}
+else:
+    dist.recv(t, src=0)
+    assert t.item() == 1.0, f"rank 1 got {{t.item()}}"
+dist.destroy_process_group()
+"""
+BROKEN = "w = dist.isend(t, dst=1)\n    t += 100  # written before wait()\n    w.wait()"
+FIXED = "w = dist.isend(t.clone(), dst=1)\n    t += 100\n    w.wait()"
+
+
+@pytest.fixture
+def scripts(tmp_path):
+    out = {}
+    for name, send in (("broken", BROKEN), ("fixed", FIXED)):
+        path = tmp_path / f"{name}.py"
+        path.write_text(textwrap.dedent(RACE.format(send=send)))
+        out[name] = str(path)
+    return out
+
+
+def test_explore_finds_the_isend_race_names_the_sender_and_replays_it(scripts, capsys, clean):
+    code = run_main(["-n", "2", "--explore", "16", scripts["broken"]])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "error [rank_error] rank 0: 1 run (seed 2)" in out, out
+    assert "seed 2: rank 1 held 0.2 s before its call 3" in out, out
+    assert f"replay: python -m sandbox.run --replay 2 -n 2 {scripts['broken']}" in out, out
+    assert "Rank 1 raised AssertionError: rank 1 got 101.0" in out, out
+    for _ in range(3):
+        assert run_main(["-n", "2", "--replay", "2", scripts["broken"]]) == 1
+        assert "rank 1 got 101.0" in capsys.readouterr().out
+
+
+def test_explore_passes_the_fixed_twin_and_says_what_it_explored(scripts, capsys, clean):
+    code = run_main(["-n", "2", "--explore", "16", scripts["fixed"]])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.startswith("Explored 16 schedules of 2 ranks after one unperturbed run:\n  ok: 16 runs"), out
+    assert "every run finished: holds of 0.05, 0.2, 0.5 s on ranks 0 and 1" in out, out
+
+
+def test_a_program_that_fails_unperturbed_is_not_explored(tmp_path, capsys, clean):
+    path = tmp_path / "fails.py"
+    path.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\nraise SystemExit(3)\n")
+    assert run_main(["-n", "2", "--explore", "4", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert re.match(r"The program fails without any perturbation \(crash \[rank_crashed\] rank [01]\): nothing to"
+                    r" explore\.", out), out
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--explore", "4", "--nnodes", "2", "--nproc-per-node", "1"], "--explore and --replay run the sandbox's own"),
+    (["-n", "2", "--explore", "4", "--replay", "2"], "--explore finds a schedule, --replay runs one"),
+    (["-n", "2", "--explore-all"], "--explore-all goes with --explore K"),
+    (["-n", "2", "--explore", "0"], "--explore"),
+])
+def test_explore_options_are_one_sentence(argv, said, capsys):
+    with pytest.raises(SystemExit) as e:
+        run_main([*argv, os.devnull])
+    assert e.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_explore_and_replay_take_whole_numbers():
+    with pytest.raises(ValueError, match="at least 1"):
+        explore.explore(lambda env: None, 0)
+    with pytest.raises(ValueError, match="from 1"):
+        explore.replay(lambda env: None, 0)
