@@ -5,9 +5,10 @@ copy, and `check(path)` says which of the two bugs the copy still has.
 Each bug shows alone under its own settings, so the check can name them apart: on 12 samples (4 equal shares) only
 the evaluation bug can show, with evaluation off only the uneven-shares bug can, on a tail of one sample (13) and of
 two (14: a fix that drops rank 0's extra sample only still hangs there); the script's own settings (13 samples,
-evaluation every 2 steps) need both fixed. A run counts as fixed when it finishes, every rank took part in
-the averaging (at least one collective per step, as the Flight Recorder or the tracer saw it: a copy where each
-rank trains on all the samples alone has the right weights and no data parallelism), and its final weights match a
+evaluation every 2 steps) need both fixed, on 4 ranks and on 3 (a fix that counts on 4 ranks fails there). A run
+counts as fixed when it finishes, every rank took part in the averaging (at least one collective per step, as the
+Flight Recorder or the tracer saw it: a copy where each rank trains on all the samples alone has the right weights
+and no data parallelism), and its final weights match a
 single-process reference: training on every step's samples at once, with the tail dropped, padded as
 `DistributedSampler` pads it, or kept with zeros from the ranks that have no sample left, as `Join` does (lab 11).
 Each is a fix people use; which one a job wants is its own choice.
@@ -28,7 +29,8 @@ TRIALS = (  # (what the run shows, the script's arguments, the bug it isolates)
     ("no evaluation, 14 samples", ["--samples", "14", "--eval-every", "0"], "uneven shares"),  # a longer tail
     ("the script's own settings: evaluation every 2 steps, 13 samples", ["--samples", "13", "--eval-every", "2"],
      None),
-)
+    ("the same on 3 ranks (a tail of one sample there too)", ["--samples", "13", "--eval-every", "2"], None, 3),
+)  # each on WORLD ranks, unless a fourth item says how many
 BUGS = {
     "evaluation": "only rank 0 evaluates, and evaluate() makes an all_reduce the other ranks never make",
     "uneven shares": "13 samples over 4 ranks give rank 0 one step more, and one gradient all_reduce more",
@@ -117,14 +119,14 @@ class Trial:
     said: str
 
 
-def run_trial(path: str, what: str, argv: list[str], bug: str | None) -> Trial:
-    """One of the check's runs: the script at `path` with `argv` on 4 ranks, against the reference."""
+def run_trial(path: str, what: str, argv: list[str], bug: str | None, world: int = WORLD) -> Trial:
+    """One of the check's runs: the script at `path` with `argv` on `world` ranks, against the reference."""
     import tempfile
 
     from sandbox import run_script
 
     with tempfile.TemporaryDirectory(prefix="capstone-") as d:
-        res = run_script(path, argv=argv, world_size=WORLD, timeout=60, trace_dir=d)
+        res = run_script(path, argv=argv, world_size=world, timeout=60, trace_dir=d)
         moved = collectives(res, d)
     if res.verdict != "ok":
         return Trial(what, bug, False, f"{res.verdict}: {res.diagnosis.summary}")
@@ -133,15 +135,16 @@ def run_trial(path: str, what: str, argv: list[str], bug: str | None) -> Trial:
         return Trial(what, bug, False, "it finished, but rank 0 printed no 'final weights: [...]' line")
     got = ast.literal_eval(m.group(1))
     samples = int(argv[argv.index("--samples") + 1])
-    alone = sorted(r for r in range(WORLD) if moved.get(r, 0) < samples // WORLD)
+    alone = sorted(r for r in range(world) if moved.get(r, 0) < samples // world)
     if alone:
         from sandbox import words
 
         return Trial(what, bug, False, f"it finished, but {words.ranks(alone)} made fewer collectives than the"
-                                       f" {samples // WORLD} steps every rank trains: each step's gradients must be"
+                                       f" {samples // world} steps every rank trains: each step's gradients must be"
                                        f" averaged over the ranks (a rank that trains on everything alone is not"
                                        f" data parallelism)")
-    if not any(len(got) == len(w) and all(abs(a - b) <= 1e-4 for a, b in zip(got, w)) for w in reference(samples)):
+    if not any(len(got) == len(w) and all(abs(a - b) <= 1e-4 for a, b in zip(got, w))
+               for w in reference(samples, world=world)):
         return Trial(what, bug, False, f"it finished with final weights {got}, which match no single-process "
                                        f"reference (tail {', '.join(TAILS[:-1])} or {TAILS[-1]})")
     if res.warnings:
@@ -189,7 +192,8 @@ class Verdict:
 
 
 def check(path: str = "my_train.py") -> Verdict:
-    """Run the learner's copy of the script under each trial's settings on 4 ranks and say which bugs it still has."""
+    """Run the learner's copy of the script under each trial's settings (on 4 ranks, the last on 3) and say which
+    bugs it still has."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no script at {path}: copy it first with capstone.copy_script({path!r}).")
-    return Verdict([run_trial(path, what, argv, bug) for what, argv, bug in TRIALS])
+    return Verdict([run_trial(path, *trial) for trial in TRIALS])
