@@ -62,6 +62,23 @@ class Explored:
     def ok(self) -> bool:
         return self.failed is None
 
+    @property
+    def result(self) -> RunResult:
+        """The run to show: the first that failed, else the unperturbed one."""
+        failed = self.failed
+        return failed[1] if failed else self.baseline
+
+    def __str__(self) -> str:
+        return self.summary() + ("" if self.ok else "\n\n" + self.result.text(logs=True))
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self))
+
+    def _repr_html_(self) -> str:  # Jupyter: the summary, then the failing run as a run shows itself
+        from html import escape
+
+        return f"<pre>{escape(self.summary())}</pre>" + ("" if self.ok else self.result._repr_html_())
+
     def outcomes(self) -> dict[str, list[Schedule]]:
         """{outcome: the schedules that gave it}, in the order first seen."""
         seen: dict[str, list[Schedule]] = {}
@@ -118,3 +135,9 @@ def replay(start: Start, seed: int) -> tuple[Schedule, RunResult]:
         raise ValueError(f"a seed is a whole number from 1, not {seed!r}.")
     s = schedules.drawn(seed, calls_made(start({})))
     return s, start(s.env())
+
+
+def started(run: Callable[..., RunResult], env: dict | None = None) -> Start:
+    """A `Start` from a function that starts one run with an `env=` keyword (Run(...).run, run_script, launch):
+    `env` the caller's own, the schedule's added to it."""
+    return lambda extra: run(env={**(env or {}), **extra})

@@ -60,11 +60,15 @@ def _func_target(fn: Callable) -> dict:
 
 
 def launch(fn: Callable, world_size: int = 4, args: tuple = (), kwargs: dict | None = None, *,
-           code_file: str | None = None, **options) -> RunResult:
+           code_file: str | None = None, explore: int | None = None, explore_all: bool = False,
+           replay: int | None = None, **options):
     """Run `fn(*args, **kwargs)` on `world_size` ranks. `fn` may be importable (a module's function: the ranks
     import it) or not (typed into a notebook cell, a lambda, a closure: it is sent by value with cloudpickle).
     `code_file`: where the functions sent by value were written, as sites show it (`_paths.code_file`; by default
-    `fn`'s own). See `Run` for the options."""
+    `fn`'s own). See `Run` for the options. `explore=K`: run it under K schedules a cluster could give it
+    (`sandbox.explore`) and return the `Explored` (its `.ok`, `.result`, `.summary()`), stopping at the first
+    failure unless `explore_all`; `replay=SEED`: the RunResult of that seed's schedule. Both fork every run from
+    this process's warm zygote unless `warm=False`."""
     import cloudpickle
 
     target = _func_target(fn)
@@ -74,7 +78,23 @@ def launch(fn: Callable, world_size: int = 4, args: tuple = (), kwargs: dict | N
         target["payload"] = cloudpickle.dumps((tuple(args), dict(kwargs or {})))
     except Exception as e:  # noqa: BLE001  whatever pickling raises, the user's arguments are the cause
         raise UsageError(f"the arguments for {target['qualname']} cannot be pickled: {e}") from None
+    if explore is not None or replay is not None:
+        return _explored(target, world_size, explore, explore_all, replay, options)
     return Run(target, world_size, **options).run()
+
+
+def _explored(target: dict, world_size: int, k: int | None, every: bool, seed: int | None, options: dict):
+    from sandbox import explore
+
+    if k is not None and seed is not None:
+        raise UsageError("explore finds a schedule, replay runs one: give one of them.")
+    options.setdefault("warm", True)
+    env = options.pop("env", None)
+    start = explore.started(lambda env: Run(target, world_size, env=env, **options).run(), env)
+    try:
+        return explore.replay(start, seed)[1] if seed is not None else explore.explore(start, k, every=every)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def run_script(path: str, argv: list[str] | tuple = (), world_size: int = 4, module: bool = False,

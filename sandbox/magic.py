@@ -10,7 +10,8 @@
 
 Options as `python -m sandbox.run`'s: -n N, --nnodes K --nproc-per-node P (K simulated nodes of P ranks each,
 torchrun's names and environment; needs root), --hang-after S, --timeout S, --gpu, --debug DETAIL, --trace-dir DIR,
--v; `--timeline` shows the picture of every rank's calls under the report. The cell is a script with torchrun's
+-v; `--timeline` shows the picture of every rank's calls under the report; `--explore K` (`--explore-all`) and
+`--replay SEED` as `python -m sandbox.run`'s. The cell is a script with torchrun's
 environment: it calls init_process_group itself. Call sites, tracebacks, stacks and warnings name it `<cell>`,
 with the cell's own line numbers (the %%sandbox line is line 1). The RunResult is left in `_sandbox` for the next
 cell. A bad option is one sentence; a cell that does not compile is its SyntaxError, once, before any rank starts;
@@ -60,6 +61,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=cli.positive_seconds, default=defaults.RUN_TIMEOUT_S, metavar="S",
                    help=f"stop the run after this many seconds (default {defaults.RUN_TIMEOUT_S:g})")
     p.add_argument("--trace-dir", metavar="DIR", help="keep each rank's trace, log and stack in DIR")
+    p.add_argument("--explore", type=cli.positive_int, metavar="K",
+                   help="run it again under K schedules a cluster could give it (sandbox.explore)")
+    p.add_argument("--explore-all", action="store_true", help="with --explore: all K, every distinct outcome")
+    p.add_argument("--replay", type=cli.positive_int, metavar="SEED", help="run it under the schedule of SEED")
     cli.add_common(p)
     return p
 
@@ -114,6 +119,8 @@ def run_cell(line: str, cell: str, ip=None):
         with open(path, "w", encoding="utf-8") as f:
             f.write(source)
         try:
+            if a.explore or a.replay:
+                return _explore(a, n, path, ip)
             res = run_script(path, world_size=n, nnodes=a.nnodes, hang_after=a.hang_after, timeout=a.timeout,
                              gpu=a.gpu, debug=a.debug, trace_dir=a.trace_dir)
         except UsageError as e:  # one line, even where the sentence quotes a command's own output
@@ -126,6 +133,32 @@ def run_cell(line: str, cell: str, ip=None):
         ip.user_ns[RESULT_NAME] = res
     show_result(res, timeline=a.timeline)
     return res
+
+
+def _explore(a, n: int, path: str, ip):
+    """--explore K / --replay SEED: the summary (with the seed that replays what failed) and the run to see; the
+    RunResult (for --replay) or the `Explored` is left in `_sandbox`."""
+    from IPython.display import display
+
+    from sandbox import explore
+    from sandbox.lab import show_result
+    from sandbox.launcher import UsageError, run_script
+
+    if a.nnodes > 1 or (a.explore and a.replay) or (a.explore_all and not a.explore):
+        raise UsageError("--explore K (with --explore-all) or --replay SEED, on one node.")
+    start = explore.started(lambda env: run_script(path, world_size=n, hang_after=a.hang_after, timeout=a.timeout,
+                                                   gpu=a.gpu, debug=a.debug, env=env))
+    if a.replay:
+        schedule, res = explore.replay(start, a.replay)
+        print(f"schedule {a.replay}: {schedule.words()}")
+        shown = relabel(res, path, CELL)
+        show_result(shown, timeline=a.timeline)
+    else:
+        shown = relabel(explore.explore(start, a.explore, every=a.explore_all), path, CELL)
+        display(shown)
+    if ip is not None:
+        ip.user_ns[RESULT_NAME] = shown
+    return shown
 
 
 def _syntax_error(source: str) -> str | None:

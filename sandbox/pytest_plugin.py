@@ -12,12 +12,14 @@ report, not a timeout, when a rank hangs, crashes or raises: which rank, in whic
 
 Marker options: world_size (default 2), init (True), backend ("gloo"), gpu (False), hang_after and timeout
 (`sandbox.defaults`: 1 s and 300 s), strict (fail on contract warnings; `--sandbox-strict` turns it on for every
-marked test). Several simulated nodes take torchrun's names: `@pytest.mark.sandbox(nnodes=2, nproc_per_node=2)`
-runs 4 ranks, two in each node (its own hostname and address: node0, node1; LOCAL_RANK counted per node), as
-`python -m sandbox.run --nnodes 2 --nproc-per-node 2`; world_size then is not given (it means one node). Nodes
-need root: elsewhere such a test fails with the one sentence that says so. To skip it there instead, give it a
-fixture that calls `pytest.skip(why)` when `sandbox.nodes.available()` returns `(False, why)`: not a skipif at the
-module's top, which every rank would run again (the ranks import the test's file).
+marked test), explore (K: the body runs again under K schedules a cluster could give it, `sandbox.explore`, and the
+test fails with the first that fails and the seed that replays it). Several simulated nodes take torchrun's names:
+`@pytest.mark.sandbox(nnodes=2, nproc_per_node=2)` runs 4 ranks, two in each node (its own hostname and address:
+node0, node1; LOCAL_RANK counted per node), as `python -m sandbox.run --nnodes 2 --nproc-per-node 2`; world_size
+then is not given (it means one node). Nodes need root: elsewhere such a test fails with the one sentence that says
+so. To skip it there instead, give it a fixture that calls `pytest.skip(why)` when `sandbox.nodes.available()`
+returns `(False, why)`: not a skipif at the module's top, which every rank would run again (the ranks import the
+test's file).
 
 The test's fixture values are sent to the ranks (they must pickle); what a rank's body returns is ignored. A
 failing assert on a rank says what it compared (`assert 6.0 == 4.0`), as pytest's own asserts do: the
@@ -39,7 +41,7 @@ import pytest
 from sandbox import branches, defaults
 
 _OPTIONS = {"world_size": 2, "init": True, "backend": None, "gpu": False, "hang_after": defaults.HANG_AFTER_S,
-            "timeout": defaults.RUN_TIMEOUT_S, "strict": None, "nnodes": 1, "nproc_per_node": None}
+            "timeout": defaults.RUN_TIMEOUT_S, "strict": None, "nnodes": 1, "nproc_per_node": None, "explore": None}
 
 
 def pytest_addoption(parser):
@@ -147,8 +149,15 @@ def pytest_pyfunc_call(pyfuncitem):
     rewrite = pyfuncitem.config.getoption("assertmode", "rewrite") == "rewrite"  # not under --assert=plain
     if rewrite and "<locals>" not in getattr(fn, "__qualname__", "<locals>"):  # a function its module names
         fn = _Rewritten(fn)
+    k = opts.pop("explore")
     try:
-        res = launch(fn, kwargs=kwargs, world_size=opts.pop("world_size"), **opts)
+        if k is None:
+            res = launch(fn, kwargs=kwargs, world_size=opts.pop("world_size"), **opts)
+        else:  # explore=K: the body under K schedules a cluster could give it (sandbox.explore)
+            found = launch(fn, kwargs=kwargs, world_size=opts.pop("world_size"), explore=k, **opts)
+            if not found.ok:
+                pytest.fail(f"sandbox: {found}", pytrace=False)
+            res = found.baseline
     except UsageError as e:  # one line, even where the sentence quotes a command's own output
         pytest.fail(f"@pytest.mark.sandbox: {' '.join(str(e).split())}", pytrace=False)
     if res.verdict != "ok":  # the report's first line is its headline: "sandbox: HANG [...]", once

@@ -13,6 +13,8 @@ import pytest
 from sandbox import explore, schedules
 from sandbox.run import main as run_main
 
+pytest_plugins = ["pytester"]
+
 
 def test_a_seed_gives_one_schedule_and_the_first_seeds_hold_each_call_in_turn_p2p_first():
     made = {0: ["init_process_group", "barrier", "isend", "destroy_process_group"],
@@ -115,3 +117,78 @@ def test_explore_and_replay_take_whole_numbers():
         explore.explore(lambda env: None, 0)
     with pytest.raises(ValueError, match="from 1"):
         explore.replay(lambda env: None, 0)
+
+
+def isend_race():
+    """RACE as a function (the ranks import this module by name): launch(explore=K) and the pytest marker run it."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(1)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        time.sleep(0.1)
+        w = dist.isend(t, dst=1)
+        t += 100
+        w.wait()
+    else:
+        dist.recv(t, src=0)
+        assert t.item() == 1.0, f"rank 1 got {t.item()}"
+
+
+def test_launch_explores_and_replays(clean):
+    from sandbox import launch
+
+    found = launch(isend_race, world_size=2, init=True, explore=16)
+    assert not found.ok and found.failed[0].seed == 2, found.summary()
+    assert "rank 1 got 101.0" in str(found) and "seed 2: rank 1 held 0.2 s before its call 3" in str(found)
+    assert "<pre>Explored 2 schedules" in found._repr_html_()
+    again = launch(isend_race, world_size=2, init=True, replay=2)
+    assert again.verdict == "error" and again.diagnosis.culprit_ranks == [0], again.diagnosis.summary
+    every = launch(isend_race, world_size=2, init=True, explore=4, explore_all=True)
+    assert len(every.runs) == 4 and set(every.outcomes()) == {"ok", "error [rank_error] rank 0"}, every.summary()
+
+
+INNER = """
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.mark.sandbox(explore=6)
+def test_race():
+    import time
+    t = torch.ones(1)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        time.sleep(0.1)
+        w = dist.isend(t, dst=1)
+        t += 100
+        w.wait()
+    else:
+        dist.recv(t, src=0)
+        assert t.item() == 1.0, f"rank 1 got {t.item()}"
+"""
+
+
+def test_the_pytest_marker_explores(pytester):
+    pytester.makepyfile(test_inner=INNER)
+    r = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-rN")
+    out = r.stdout.str()
+    assert r.ret == 1, out
+    assert "Explored 2 schedules of 2 ranks after one unperturbed run, stopped at the first failure" in out, out
+    assert "seed 2: rank 1 held 0.2 s before its call 3" in out and "rank 1 got 101.0" in out, out
+
+
+def test_the_magic_explores(clean, capsys):
+    from sandbox import magic
+
+    cell = RACE.format(send=BROKEN)
+    found = magic.run_cell("-n 2 --explore 8", cell)
+    assert not found.ok and found.failed[0].seed == 2, found.summary()
+    assert "<cell>" in found.result.diagnosis.summary, found.result.diagnosis.summary
+    res = magic.run_cell("-n 2 --replay 2", cell)
+    assert res.verdict == "error" and "schedule 2: rank 1 held 0.2 s before its call 3" in capsys.readouterr().out
+    assert magic.run_cell("-n 2 --explore 2 --replay 2", cell) is None
+    assert "--explore K (with --explore-all) or --replay SEED" in capsys.readouterr().err
