@@ -103,13 +103,25 @@ class Explored:
                 if replay is not None:
                     lines.append(f"    replay: {replay(ss[0].seed)}")
         if self.ok:
-            held = sorted({s.hold[0] for s, _ in self.runs if s.hold})
-            slow = sum(1 for s, _ in self.runs if s.slow)
-            late = sum(1 for s, _ in self.runs if any(s.start))
-            lines.append(f"  every run finished: holds of {', '.join(f'{x:g}' for x in schedules.HOLDS_S)} s on "
-                         f"{words.ranks(held)} before calls they make, {late} with ranks started late (up to "
-                         f"{schedules.START_S * 1000:.0f} ms), {slow} with a slow rank")
+            lines.append(f"  every run finished: {self.explored()}")
         return "\n".join(lines)
+
+    def explored(self) -> str:
+        """What the runs tried, in words: '8 of the 8 calls the ranks make held (0.2 and 0.5 s); 3 runs with ranks
+        started late (up to 300 ms); 1 with a slow rank'."""
+        total = sum(len(ops) for ops in calls_made(self.baseline).values())
+        pairs = {s.hold[:2] for s, _ in self.runs if s.hold}
+        secs = sorted({s.hold[2] for s, _ in self.runs if s.hold})
+        said = [f"{len(pairs)} of the {words.plural(total, 'call')} the ranks make held before they start ("
+                f"{words.listed([f'{x:g}' for x in secs])} s)"]
+        late = sum(1 for s, _ in self.runs if any(s.start))
+        slow = sum(1 for s, _ in self.runs if s.slow)
+        if late:
+            said.append(f"{words.plural(late, 'run')} with ranks started late (up to {schedules.START_S * 1000:.0f}"
+                        " ms)")
+        if slow:
+            said.append(f"{words.plural(slow, 'run')} with a slow rank")
+        return "; ".join(said)
 
 
 def explore(start: Start, k: int, *, every: bool = False) -> Explored:

@@ -239,10 +239,10 @@ def _explore(a, world: int, on_output) -> int:
     from sandbox import explore, report
     from sandbox.launcher import Interrupted, UsageError, run_script
 
-    def start(env: dict):
-        return run_script(a.module or a.script, a.args, world_size=world, module=a.module is not None,
-                          hang_after=a.hang_after, timeout=a.timeout, gpu=a.gpu, debug=a.debug, env=env, warm=True,
-                          on_output=on_output)
+    start = explore.started(lambda env: run_script(a.module or a.script, a.args, world_size=world,
+                                                   module=a.module is not None, hang_after=a.hang_after,
+                                                   timeout=a.timeout, gpu=a.gpu, debug=a.debug, env=env, warm=True,
+                                                   on_output=on_output))
 
     def again(seed: int) -> str:
         what = (["-m", a.module] if a.module else [a.script]) + list(a.args)

@@ -87,7 +87,7 @@ def test_explore_passes_the_fixed_twin_and_says_what_it_explored(scripts, capsys
     out = capsys.readouterr().out
     assert code == 0, out
     assert out.startswith("Explored 16 schedules of 2 ranks after one unperturbed run:\n  ok: 16 runs"), out
-    assert "every run finished: holds of 0.05, 0.2, 0.5 s on ranks 0 and 1" in out, out
+    assert "every run finished: 8 of the 8 calls the ranks make held before they start (0.2 and 0.5 s)" in out, out
 
 
 def test_a_program_that_fails_unperturbed_is_not_explored(tmp_path, capsys, clean):
@@ -192,3 +192,28 @@ def test_the_magic_explores(clean, capsys):
     assert res.verdict == "error" and "schedule 2: rank 1 held 0.2 s before its call 3" in capsys.readouterr().out
     assert magic.run_cell("-n 2 --explore 2 --replay 2", cell) is None
     assert "--explore K (with --explore-all) or --replay SEED" in capsys.readouterr().err
+
+
+def test_the_docs_page_shows_what_the_runs_print(tmp_path, capsys, monkeypatch, clean):
+    """docs/explore.md's race.py, explored, replayed and fixed: the page's summaries are these runs' own lines."""
+    from conftest import ROOT
+
+    page = open(os.path.join(ROOT, "docs", "explore.md"), encoding="utf-8").read()
+    script = re.search(r'```python title="race.py"\n(.*?)```', page, re.S).group(1)
+    blocks = re.findall(r"```console\n\$ (python -m sandbox\.run [^\n]*)\n(.*?)```", page, re.S)
+    (tmp_path / "race.py").write_text(script)
+    fixed = script.replace("dist.isend(t, dst=1)", "dist.isend(t.clone(), dst=1)")
+    assert fixed != script
+    (tmp_path / "race_fixed.py").write_text(fixed)
+    monkeypatch.chdir(tmp_path)  # the page's commands name the scripts as they are in the working directory
+    assert len(blocks) == 3
+    for command, shown in blocks:
+        argv = command.split()[3:]
+        run_main(argv)
+        out = capsys.readouterr().out
+        summary = shown.split("\n\n")[0]  # the lines before the run's report (whose seconds differ per run)
+        assert out.startswith(summary), f"{command}\n--- the page:\n{summary}\n--- the run:\n{out}"
+        flat = " ".join(out.split())
+        for part in shown.split("\n\n")[1:]:  # the report's lines after its headline, as far as the page quotes
+            quoted = " ".join(" ".join(part.splitlines()[1:]).split()).removesuffix("...").strip()
+            assert quoted in flat, f"{command}: the page quotes {quoted!r}, the run printed:\n{out}"
