@@ -21,7 +21,8 @@ import random
 from dataclasses import dataclass
 
 ENV = "SANDBOX_SCHEDULE"  # the schedule a rank applies, as JSON (set by the launcher for one run)
-HOLDS_S = (0.05, 0.2, 0.5)  # how long a held rank sleeps, at random (below hang_after: asleep is not hung)
+PASSES_S = (0.4, 0.8)      # the holds of the first seeds, one pass over the calls each (asleep is not hung)
+HOLDS_S = (0.05, 0.2, 0.5)  # how long a held rank sleeps in a later seed's schedule, at random
 SLOW_S = (0.005, 0.02)      # a slow rank's sleep before each call
 START_S = 0.3               # a rank's start delay is drawn from [0, START_S]
 
@@ -68,16 +69,16 @@ def holds(made: dict[int, list[str]]) -> list[tuple[int, int]]:
 def drawn(seed: int, made: dict[int, list[str]]) -> Schedule:
     """The schedule of `seed` for a run whose ranks made the calls `made` ({rank: the ops of its traced calls, in
     order, waits aside}) unperturbed; the same seed and calls give the same schedule. The first seeds hold each call
-    in turn (`holds`), 0.2 s, then again 0.5 s, one call per seed and nothing else, so that the calls a program
-    makes are each tried; later seeds are drawn at random: start delays for about half of the ranks, one rank held
-    before one of its calls, about a third of them a slow rank too."""
+    in turn (`holds`), for PASSES_S[0] seconds, then again for PASSES_S[1], one call per seed and nothing else, so
+    that the calls a program makes are each tried; later seeds are drawn at random: start delays for about half of
+    the ranks, one rank held before one of its calls, about a third of them a slow rank too."""
     if not made:
         raise ValueError("a schedule is drawn for the ranks of a run: none given.")
     n = max(made) + 1
     tried = holds(made)
-    if seed <= 2 * len(tried):
+    if seed <= len(PASSES_S) * len(tried):
         r, k = tried[(seed - 1) % len(tried)]
-        return Schedule(seed=seed, start=(0.0,) * n, hold=(r, k, 0.2 if seed <= len(tried) else 0.5))
+        return Schedule(seed=seed, start=(0.0,) * n, hold=(r, k, PASSES_S[(seed - 1) // len(tried)]))
     rng = random.Random(seed)
     start = tuple(round(rng.uniform(0, START_S), 3) if rng.random() < 0.5 else 0.0 for _ in range(n))
     rank = rng.randrange(n)

@@ -24,14 +24,14 @@ def test_a_seed_gives_one_schedule_and_the_first_seeds_hold_each_call_in_turn_p2
     assert set(order) == {(r, k) for r in (0, 1) for k in range(1, 5)} and len(order) == 8
     firsts = [schedules.drawn(seed, made) for seed in range(1, 17)]
     assert [s.hold[:2] for s in firsts[:8]] == order and [s.hold[:2] for s in firsts[8:]] == order
-    assert {s.hold[2] for s in firsts[:8]} == {0.2} and {s.hold[2] for s in firsts[8:]} == {0.5}
+    assert {s.hold[2] for s in firsts[:8]} == {0.4} and {s.hold[2] for s in firsts[8:]} == {0.8}
     assert all(not any(s.start) and s.slow is None for s in firsts)  # one call held, nothing else
     later = [schedules.drawn(seed, made) for seed in range(17, 60)]
     assert later == [schedules.drawn(seed, made) for seed in range(17, 60)]  # the same seed, the same schedule
     assert any(any(s.start) for s in later) and any(s.slow for s in later)
     assert all(1 <= s.hold[1] <= 4 and s.hold[2] in schedules.HOLDS_S for s in later)
-    assert firsts[1].words() == "rank 1 held 0.2 s before its call 3"
-    assert schedules.parsed(firsts[1].env()[schedules.ENV]) == {"start": [0.0, 0.0], "hold": [1, 3, 0.2],
+    assert firsts[1].words() == "rank 1 held 0.4 s before its call 3"
+    assert schedules.parsed(firsts[1].env()[schedules.ENV]) == {"start": [0.0, 0.0], "hold": [1, 3, 0.4],
                                                                 "slow": None}
     assert schedules.parsed("not json") is None and schedules.parsed(None) is None
     with pytest.raises(ValueError, match="none given"):
@@ -74,7 +74,7 @@ def test_explore_finds_the_isend_race_names_the_sender_and_replays_it(scripts, c
     out = capsys.readouterr().out
     assert code == 1, out
     assert "error [rank_error] rank 0: 1 run (seed 2)" in out, out
-    assert "seed 2: rank 1 held 0.2 s before its call 3" in out, out
+    assert "seed 2: rank 1 held 0.4 s before its call 3" in out, out
     assert f"replay: python -m sandbox.run --replay 2 -n 2 {scripts['broken']}" in out, out
     assert "Rank 1 raised AssertionError: rank 1 got 101.0" in out, out
     for _ in range(3):
@@ -87,7 +87,7 @@ def test_explore_passes_the_fixed_twin_and_says_what_it_explored(scripts, capsys
     out = capsys.readouterr().out
     assert code == 0, out
     assert out.startswith("Explored 16 schedules of 2 ranks after one unperturbed run:\n  ok: 16 runs"), out
-    assert "every run finished: 8 of the 8 calls the ranks make held before they start (0.2 and 0.5 s)" in out, out
+    assert "every run finished: 8 of the 8 calls the ranks make held before they start (0.4 and 0.8 s)" in out, out
 
 
 def test_a_program_that_fails_unperturbed_is_not_explored(tmp_path, capsys, clean):
@@ -143,7 +143,7 @@ def test_launch_explores_and_replays(clean):
 
     found = launch(isend_race, world_size=2, init=True, explore=16)
     assert not found.ok and found.failed[0].seed == 2, found.summary()
-    assert "rank 1 got 101.0" in str(found) and "seed 2: rank 1 held 0.2 s before its call 3" in str(found)
+    assert "rank 1 got 101.0" in str(found) and "seed 2: rank 1 held 0.4 s before its call 3" in str(found)
     assert "<pre>Explored 2 schedules" in found._repr_html_()
     again = launch(isend_race, world_size=2, init=True, replay=2)
     assert again.verdict == "error" and again.diagnosis.culprit_ranks == [0], again.diagnosis.summary
@@ -178,7 +178,7 @@ def test_the_pytest_marker_explores(pytester):
     out = r.stdout.str()
     assert r.ret == 1, out
     assert "Explored 2 schedules of 2 ranks after one unperturbed run, stopped at the first failure" in out, out
-    assert "seed 2: rank 1 held 0.2 s before its call 3" in out and "rank 1 got 101.0" in out, out
+    assert "seed 2: rank 1 held 0.4 s before its call 3" in out and "rank 1 got 101.0" in out, out
 
 
 def test_the_magic_explores(clean, capsys):
@@ -189,7 +189,7 @@ def test_the_magic_explores(clean, capsys):
     assert not found.ok and found.failed[0].seed == 2, found.summary()
     assert "<cell>" in found.result.diagnosis.summary, found.result.diagnosis.summary
     res = magic.run_cell("-n 2 --replay 2", cell)
-    assert res.verdict == "error" and "schedule 2: rank 1 held 0.2 s before its call 3" in capsys.readouterr().out
+    assert res.verdict == "error" and "schedule 2: rank 1 held 0.4 s before its call 3" in capsys.readouterr().out
     assert magic.run_cell("-n 2 --explore 2 --replay 2", cell) is None
     assert "--explore K (with --explore-all) or --replay SEED" in capsys.readouterr().err
 
