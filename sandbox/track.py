@@ -143,7 +143,8 @@ class RankTrack:
                 self.p2p_done[key] = self.p2p_done.get(key, 0) + 1
                 self.p2p_site.setdefault(("recv", ev["from"]), recv.get("site") or "?")
                 if len(self.any_source) < MAX_NOTES:
-                    self.any_source.append({"op": recv["op"], "site": recv.get("site") or "?", "from": ev["from"]})
+                    self.any_source.append({"op": recv["op"], "site": recv.get("site") or "?", "from": ev["from"],
+                                            "tag": recv.get("tag", 0)})
         if is_collective(start) and start["op"] != "wait" and "seq" in start:
             self.passed[(start.get("gname"), start["seq"])] = not ev.get("error")
 

@@ -61,16 +61,22 @@ def group_member(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
 
 
 def any_source(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
-    """Each rank whose receives without src took messages from more than one rank: which one filled which receive
-    was the order of arrival."""
+    """Each rank whose receives without src took messages of one tag from more than one rank: which one filled
+    which receive was the order of arrival. Where every tag came from one sender only, the tags chose the sender
+    (a tag per stream), whatever the order."""
     out = []
     for r, t in sorted(tracks.items()):
-        senders = sorted({a["from"] for a in t.any_source})
-        if len(senders) < 2:
+        by_tag: dict[int, set] = {}
+        for a in t.any_source:
+            by_tag.setdefault(a.get("tag", 0), set()).add(a["from"])
+        mixed = {tag for tag, came in by_tag.items() if len(came) > 1}
+        if not mixed:
             continue
-        got = t.any_source[:6]
+        senders = sorted({a["from"] for a in t.any_source if a.get("tag", 0) in mixed})
+        got = [a for a in t.any_source if a.get("tag", 0) in mixed][:6]
         told = ", ".join(f"{a['op']} at {a['site']} from rank {a['from']}" for a in got)
-        more = f" and {len(t.any_source) - len(got)} more" if len(t.any_source) > len(got) else ""
+        left = sum(a.get("tag", 0) in mixed for a in t.any_source) - len(got)
+        more = f" and {left} more" if left > 0 else ""
         out.append(ContractWarning(
             "any_source", f"Rank {r}'s receives without src took their messages from {ranks_words(senders)} in the "
                           f"order the messages arrived ({told}{more}). Unless the code reads the sender from what "
