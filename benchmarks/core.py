@@ -45,6 +45,9 @@
 13. hash seeds: `python -m sandbox.run -n 4 job.py` as in part 1, its ranks dealt among two zygotes with their own
               string-hash seeds (the default, `sandbox.defaults.HASH_SEEDS`), vs the same with PYTHONHASHSEED set
               (one seed, one zygote), the whole subprocess; both in every repeat               goal: <= 1.15x
+14. explore:  `python -m sandbox.run -n 4 --explore 16 job.py` (the job of part 1, which passes every schedule: one
+              unperturbed run and 16 explored ones, forked by one warm zygote), the whole subprocess; beside it,
+              part 1's single run                                                         goal: <= 10 s
 Each repeat runs every measurement once, in an order rotated from repeat to repeat, so the noise of this machine
 hits all of them alike. The script always exits 0: it is a report, not a test.
 """
@@ -361,6 +364,12 @@ def main(argv=None) -> int:
         def torchrun_4():
             record("torchrun_4", _torchrun(4, job, tmp)[0])
 
+        def explore_16():
+            secs, out = _run([PY, "-m", "sandbox.run", "-n", "4", "--explore", "16", job], REPO)
+            if "ok: 16 runs" not in out:
+                raise Failed(f"--explore 16 of the trivial job did not pass all 16: {out[-300:]}")
+            record("explore_16", secs)
+
         k_box = [0]
 
         def tracer_loop():
@@ -485,7 +494,7 @@ def main(argv=None) -> int:
                                          env={"SANDBOX_PRELOAD": "0"})[0])
 
         tasks = [("import torch", import_torch), ("sandbox -n 4", sandbox_n(4)), ("sandbox -n 8", sandbox_n(8)),
-                 ("sandbox -n 4, one hash seed", sandbox_one_seed),
+                 ("sandbox -n 4, one hash seed", sandbox_one_seed), ("explore 16", explore_16),
                  ("torchrun 4", torchrun_4), ("tracer loop", tracer_loop), ("torchrun loop", torchrun_loop),
                  ("hang", hang), ("repro --list", repro_list), ("mismatch", mismatch),
                  ("cycle across groups", groups_cycle),
@@ -556,6 +565,8 @@ def main(argv=None) -> int:
     r13 = ratio(g("sandbox_4"), g("sandbox_4_one_seed"))
     row("13. sandbox.run -n 4, 2 hash seeds", g("sandbox_4"), _secs, "one seed", g("sandbox_4_one_seed"), r13,
         "<= 1.15x", None if r13 is None else r13 <= 1.15)
+    row("14. sandbox.run -n 4 --explore 16", g("explore_16"), _secs, "sandbox -n 4", g("sandbox_4"),
+        ratio(g("explore_16"), g("sandbox_4")), "<= 10 s", None if g("explore_16") is None else g("explore_16") <= 10)
     r4 = ratio(g("loop_traced"), g("loop_untraced"))
     row("4. all_reduce per call, traced", g("loop_traced"), _us, "untraced", g("loop_untraced"), r4,
         "<= 1.10x", None if r4 is None else r4 <= 1.10)
@@ -622,7 +633,7 @@ def main(argv=None) -> int:
               "ddp_preload_4": "ddp preload -n 4", "loop_untraced_nofr": "loop no recorder",
               "loop_traced_nofr": "loop traced, no recorder", **{f"fw_{n}": n for n, _ in FRAMEWORK},
               "launch_4": "launch 4, 1 node", "launch_2x2": "launch 2x2 nodes", "long_own": "long, own launcher",
-              "long_torchrun": "long, torchrun"}
+              "long_torchrun": "long, torchrun", "explore_16": "explore 16"}
     for key, label in labels.items():
         vs = samples.get(key)
         if not vs:
