@@ -25,10 +25,16 @@ def entries(only: list[str], manifest: str | None = None) -> list[dict]:
     return [e for e in every if not only or any(e["broken"].startswith(o) for o in only)]
 
 
+# the set-ordered program runs with one seed for every rank (as under torchrun with PYTHONHASHSEED set), so that
+# its first run passes and the exploration's own string-hash seeds are what shows it
+ONE_SEED = {"13_set_order_collectives": {"PYTHONHASHSEED": "0"}}
+
+
 def explore_file(path: str, n: int, k: int):
     from sandbox import explore, run_script
 
-    start = explore.started(lambda env: run_script(path, world_size=n, env=env, warm=True, timeout=60))
+    env = next((v for key, v in ONE_SEED.items() if os.path.basename(path).startswith(key)), None)
+    start = explore.started(lambda env: run_script(path, world_size=n, env=env, warm=True, timeout=60), env)
     return explore.explore(start, k, every=False), start
 
 

@@ -20,6 +20,9 @@ HASH_SEEDS = 2
 # seed and one zygote, the cost of a second interpreter saved where hash order is not the question); the launcher
 # passes the number it chose to the zygote in the same variable
 HASH_SEEDS_ENV = "SANDBOX_HASH_SEEDS"
+# The string-hash seed of each zygote of a run, "S0,S1" (an explored schedule's, `sandbox.schedules`): such a run
+# starts cold, its first zygote under S0, each sibling under the next; without it every zygote draws its own
+HASH_SEED_LIST_ENV = "SANDBOX_HASH_SEED_LIST"
 
 
 def hash_seeds(environ, world_size: int | None = None) -> int:

@@ -34,6 +34,22 @@ def outcome(res: RunResult) -> str:
     return f"{res.verdict} [{d.kind}]{who}"
 
 
+def set_ordered(res: RunResult) -> list[str]:
+    """The calls of the run that sit in a loop over a set, or take a value made from one (`sandbox.seeded.hash_order`):
+    what separate processes, each with its own string-hash seed, can do in different orders; in words, one per
+    call site ('the loop at train.py:30 iterates `metrics`')."""
+    from sandbox.seeded import hash_order
+
+    out = []
+    for site in sorted({e.get("site") for e in res.events if e.get("ev") == "enter" and e.get("site")}):
+        why = hash_order(site)
+        if why and why.get("loop"):
+            out.append(f"the loop at {why['loop']} iterates `{why['iter']}`")
+        elif why:
+            out.append(f"the call at {site} takes a value made from `{why.get('iter') or why.get('hash')}`")
+    return out
+
+
 def calls_made(res: RunResult) -> dict[int, list[str]]:
     """{rank: the ops of the traced calls it entered, in order}, waits on a Work aside: what a schedule's hold
     counts (every rank listed)."""
@@ -100,6 +116,9 @@ class Explored:
             lines.append(f"  {said}: {words.plural(len(ss), 'run')} (seed{'s' if len(ss) > 1 else ''} {seeds})")
             if said != "ok":
                 lines.append(f"    seed {ss[0].seed}: {ss[0].words()}")
+                if ss[0].hash_seeds:
+                    lines.append(f"    each process iterates a set of strings in its own order: "
+                                 f"{'; '.join(set_ordered(self.baseline))}")
                 if replay is not None:
                     lines.append(f"    replay: {replay(ss[0].seed)}")
         if self.ok:
@@ -114,6 +133,10 @@ class Explored:
         secs = sorted({s.hold[2] for s, _ in self.runs if s.hold})
         said = [f"{len(pairs)} of the {words.plural(total, 'call')} the ranks make held before they start ("
                 f"{words.listed([f'{x:g}' for x in secs])} s)"]
+        hashed = sum(1 for s, _ in self.runs if s.hash_seeds)
+        if hashed:
+            said.append(f"{words.plural(hashed, 'run')} with other string-hash seeds (the program's calls follow a "
+                        "set's order)")
         late = sum(1 for s, _ in self.runs if any(s.start))
         slow = sum(1 for s, _ in self.runs if s.slow)
         if late:
@@ -131,9 +154,9 @@ def explore(start: Start, k: int, *, every: bool = False) -> Explored:
     got = Explored(baseline=start({}), asked=k)
     if not got.baseline.ok:
         return got
-    calls = calls_made(got.baseline)
+    calls, hashed = calls_made(got.baseline), bool(set_ordered(got.baseline))
     for seed in range(1, k + 1):
-        s = schedules.drawn(seed, calls)
+        s = schedules.drawn(seed, calls, hashed)
         res = start(s.env())
         got.runs.append((s, res))
         if not res.ok and not every:
@@ -145,7 +168,8 @@ def replay(start: Start, seed: int) -> tuple[Schedule, RunResult]:
     """Seed `seed`'s schedule again: one unperturbed run for the calls each rank makes, then the schedule's run."""
     if not (isinstance(seed, int) and seed >= 1):
         raise ValueError(f"a seed is a whole number from 1, not {seed!r}.")
-    s = schedules.drawn(seed, calls_made(start({})))
+    first = start({})
+    s = schedules.drawn(seed, calls_made(first), bool(set_ordered(first)))
     return s, start(s.env())
 
 

@@ -33,13 +33,23 @@ class Schedule:
     start: tuple[float, ...]
     hold: tuple[int, int, float] | None = None
     slow: tuple[int, float] | None = None
+    hash_seeds: tuple[int, ...] | None = None  # each zygote's string-hash seed (rank r: seed r % len), if chosen
 
     def env(self) -> dict[str, str]:
-        return {ENV: json.dumps({"start": list(self.start), "hold": self.hold, "slow": self.slow})}
+        env = {ENV: json.dumps({"start": list(self.start), "hold": self.hold, "slow": self.slow})}
+        if self.hash_seeds:
+            from sandbox.defaults import HASH_SEED_LIST_ENV
+
+            env[HASH_SEED_LIST_ENV] = ",".join(str(x) for x in self.hash_seeds)
+        return env
 
     def words(self) -> str:
-        """'rank 2 held 0.5 s before its call 17; rank 1 slow (20 ms before each call); starts 0, 120, 0, 40 ms'."""
+        """'rank 2 held 0.5 s before its call 17; rank 1 slow (20 ms before each call); starts 0, 120, 0, 40 ms';
+        'string-hash seeds 11 (even ranks) and 22 (odd ranks)'."""
         parts = []
+        if self.hash_seeds:
+            parts.append(f"string-hash seeds {self.hash_seeds[0]} (even ranks) and {self.hash_seeds[1]} (odd ranks)"
+                         if len(self.hash_seeds) == 2 else f"string-hash seeds {self.hash_seeds}")
         if self.hold:
             r, k, s = self.hold
             parts.append(f"rank {r} held {s:g} s before its call {k}")
@@ -66,19 +76,29 @@ def holds(made: dict[int, list[str]]) -> list[tuple[int, int]]:
                   key=lambda rk: (_weight(made[rk[0]][rk[1] - 1]), rk[1], rk[0]))
 
 
-def drawn(seed: int, made: dict[int, list[str]]) -> Schedule:
+HASH_TRIES = 4  # for a program whose calls follow a set's order: the first seeds draw string-hash seeds only
+
+
+def drawn(seed: int, made: dict[int, list[str]], hashed: bool = False) -> Schedule:
     """The schedule of `seed` for a run whose ranks made the calls `made` ({rank: the ops of its traced calls, in
     order, waits aside}) unperturbed; the same seed and calls give the same schedule. The first seeds hold each call
     in turn (`holds`), for PASSES_S[0] seconds, then again for PASSES_S[1], one call per seed and nothing else, so
     that the calls a program makes are each tried; later seeds are drawn at random: start delays for about half of
-    the ranks, one rank held before one of its calls, about a third of them a slow rank too."""
+    the ranks, one rank held before one of its calls, about a third of them a slow rank too. `hashed`: the program
+    makes calls in the order of a set (`sandbox.seeded`), which separate processes iterate each in its own order:
+    the first HASH_TRIES seeds give the even and the odd ranks two new string-hash seeds instead (such a run starts
+    zygotes of its own), and the schedules above follow."""
     if not made:
         raise ValueError("a schedule is drawn for the ranks of a run: none given.")
     n = max(made) + 1
+    i = seed - HASH_TRIES if hashed and n > 1 else seed  # which of the timing schedules below
+    if i < 1:
+        rng = random.Random(seed)
+        return Schedule(seed=seed, start=(0.0,) * n, hash_seeds=tuple(rng.randrange(1, 2**32) for _ in range(2)))
     tried = holds(made)
-    if seed <= len(PASSES_S) * len(tried):
-        r, k = tried[(seed - 1) % len(tried)]
-        return Schedule(seed=seed, start=(0.0,) * n, hold=(r, k, PASSES_S[(seed - 1) // len(tried)]))
+    if i <= len(PASSES_S) * len(tried):
+        r, k = tried[(i - 1) % len(tried)]
+        return Schedule(seed=seed, start=(0.0,) * n, hold=(r, k, PASSES_S[(i - 1) // len(tried)]))
     rng = random.Random(seed)
     start = tuple(round(rng.uniform(0, START_S), 3) if rng.random() < 0.5 else 0.0 for _ in range(n))
     rank = rng.randrange(n)

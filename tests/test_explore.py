@@ -217,3 +217,33 @@ def test_the_docs_page_shows_what_the_runs_print(tmp_path, capsys, monkeypatch, 
         for part in shown.split("\n\n")[1:]:  # the report's lines after its headline, as far as the page quotes
             quoted = " ".join(" ".join(part.splitlines()[1:]).split()).removesuffix("...").strip()
             assert quoted in flat, f"{command}: the page quotes {quoted!r}, the run printed:\n{out}"
+
+
+def test_a_set_ordered_program_gets_string_hash_seeds_first():
+    made = {0: ["init_process_group", "all_reduce", "all_reduce"], 1: ["init_process_group", "all_reduce",
+                                                                       "all_reduce"]}
+    hashed = [schedules.drawn(seed, made, hashed=True) for seed in range(1, 9)]
+    assert all(s.hash_seeds and len(set(s.hash_seeds)) == 2 and s.hold is None for s in hashed[:schedules.HASH_TRIES])
+    plain = [schedules.drawn(seed, made) for seed in range(1, 5)]
+    assert [s.hold for s in hashed[schedules.HASH_TRIES:]] == [s.hold for s in plain]  # then the timing schedules
+    assert [s.seed for s in hashed] == list(range(1, 9))
+    first = hashed[0]
+    a, b = first.hash_seeds
+    assert first.words() == f"string-hash seeds {a} (even ranks) and {b} (odd ranks)"
+    from sandbox.defaults import HASH_SEED_LIST_ENV
+    assert first.env()[HASH_SEED_LIST_ENV] == f"{a},{b}" and HASH_SEED_LIST_ENV not in plain[0].env()
+
+
+def test_a_run_given_string_hash_seeds_deals_them_to_its_ranks(tmp_path, clean):
+    from sandbox import run_script
+    from sandbox.defaults import HASH_SEED_LIST_ENV
+
+    script = tmp_path / "h.py"
+    script.write_text("import os\nprint(hash('loss'), os.environ.get('PYTHONHASHSEED'))\n")
+    got = [run_script(str(script), world_size=4, warm=True, env={HASH_SEED_LIST_ENV: seeds}) for seeds in
+           ("11,22", "11,22", "33,44")]
+    printed = [[r.output.split() for r in res.ranks] for res in got]
+    assert printed[0] == printed[1]  # the same seeds, the same hashes: a replay
+    assert printed[0][0] == printed[0][2] != printed[0][1] == printed[0][3]  # rank r under seed r % 2
+    assert printed[2][0] != printed[0][0]
+    assert all(p[1] == "None" for res in printed for p in res)  # the ranks' environment is the run's

@@ -61,6 +61,12 @@ class ZygoteProcs(Procs):
         if "PYTHONHASHSEED" in (self.spec.get("env") or {}):  # asked for with env=: the zygote's seed (a cold
             env["PYTHONHASHSEED"] = self.spec["env"]["PYTHONHASHSEED"]  # one; a warm one keeps its own, one for all)
         env[defaults.HASH_SEEDS_ENV] = str(defaults.hash_seeds(env, life.n))
+        listed = (self.spec.get("env") or {}).get(defaults.HASH_SEED_LIST_ENV)
+        if listed:  # an explored schedule's own seeds: zygotes of their own, started for this run
+            seeds = listed.split(",")[:max(1, life.n)]
+            self.warm = False
+            env.update({"PYTHONHASHSEED": seeds[0], defaults.HASH_SEEDS_ENV: str(len(seeds)),
+                        defaults.HASH_SEED_LIST_ENV: ",".join(seeds)})
         spec_path = os.path.join(life.dir, rundir.SPEC)
         with open(spec_path, "wb") as f:  # a file, not a pipe: writing it can never block on the zygote
             pickle.dump(self.spec, f)

@@ -40,6 +40,8 @@ def main() -> None:
         WARM_SIBLINGS[:] = start_siblings(seeds - 1, warm=True)
     else:
         SIBLINGS[:] = start_siblings(seeds - 1, warm=False)
+    if os.environ.get(defaults.HASH_SEED_LIST_ENV):  # the schedule's seed is read: the ranks get the run's env
+        os.environ.pop("PYTHONHASHSEED", None)
 
     with signals_to_main_thread():
         import torch  # noqa: F401  the one import of torch that every rank shares

@@ -11,7 +11,7 @@ import socket
 import sys
 from multiprocessing.connection import Connection
 
-from sandbox import preload
+from sandbox import defaults, preload
 from sandbox._proc import EARLY_EXIT, die_with_parent, report_failure
 from sandbox._zygote.common import pid_alive, run_environment, signals_to_main_thread
 from sandbox._zygote.run import fork_ranks, prepare, reap
@@ -25,9 +25,11 @@ def start_siblings(count: int, warm: bool) -> list:
     (`defaults.HASH_SEEDS`). A run's siblings talk to it over a stream socket (framed pickles); a warm zygote's over
     a packet socket, one request with one descriptor each, like its own control socket."""
     out: list = []
-    for _ in range(count):
+    listed = [int(x) for x in os.environ.get(defaults.HASH_SEED_LIST_ENV, "").split(",")[1:] if x.isdigit()]
+    for i in range(count):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET if warm else socket.SOCK_STREAM)
-        seed = 1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1)  # 0 would turn the randomisation off
+        # an explored schedule's seed, else one of its own (from 1: 0 would turn the randomisation off)
+        seed = listed[i] if i < len(listed) else 1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1)
         env = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_CONTROL_FD", "SANDBOX_SPEC")}
         env.update(PYTHONHASHSEED=str(seed), SANDBOX_SIBLING_FD=str(theirs.fileno()),
                    SANDBOX_SIBLING_OF=str(os.getpid()))
