@@ -25,10 +25,12 @@ Start = Callable[[dict], RunResult]  # start one run with this extra environment
 
 
 def outcome(res: RunResult) -> str:
-    """What a run came to, in the words that tell two outcomes apart: 'ok', or the verdict, the diagnosis kind and
-    the culprit ranks ('error [rank_error] ranks 1')."""
+    """What a run came to, in the words that tell two outcomes apart: 'ok', 'ok, warned [buffer_written]' (it
+    finished, breaking a contract), or the verdict, the diagnosis kind and the culprit ranks ('error [rank_error]
+    rank 1')."""
     if res.ok:
-        return "ok"
+        kinds = sorted({w.kind for w in res.warnings})
+        return f"ok, warned [{', '.join(kinds)}]" if kinds else "ok"
     d = res.diagnosis
     who = f" {words.ranks(sorted(d.culprit_ranks))}" if d.culprit_ranks else ""
     return f"{res.verdict} [{d.kind}]{who}"
@@ -114,7 +116,7 @@ class Explored:
         for said, ss in self.outcomes().items():
             seeds = ", ".join(str(s.seed) for s in ss)
             lines.append(f"  {said}: {words.plural(len(ss), 'run')} (seed{'s' if len(ss) > 1 else ''} {seeds})")
-            if said != "ok":
+            if not said.startswith("ok"):
                 lines.append(f"    seed {ss[0].seed}: {ss[0].words()}")
                 if ss[0].hash_seeds:
                     lines.append(f"    each process iterates a set of strings in its own order: "
@@ -126,8 +128,8 @@ class Explored:
         return "\n".join(lines)
 
     def explored(self) -> str:
-        """What the runs tried, in words: '8 of the 8 calls the ranks make held (0.2 and 0.5 s); 3 runs with ranks
-        started late (up to 300 ms); 1 with a slow rank'."""
+        """What the runs tried, in words: '8 of the 8 calls the ranks make held before they start (0.4 and 0.8 s); 3
+        runs with ranks started late (up to 300 ms); 1 run with a slow rank'."""
         total = sum(len(ops) for ops in calls_made(self.baseline).values())
         pairs = {s.hold[:2] for s, _ in self.runs if s.hold}
         secs = sorted({s.hold[2] for s, _ in self.runs if s.hold})

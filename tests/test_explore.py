@@ -148,7 +148,8 @@ def test_launch_explores_and_replays(clean):
     again = launch(isend_race, world_size=2, init=True, replay=2)
     assert again.verdict == "error" and again.diagnosis.culprit_ranks == [0], again.diagnosis.summary
     every = launch(isend_race, world_size=2, init=True, explore=4, explore_all=True)
-    assert len(every.runs) == 4 and set(every.outcomes()) == {"ok", "error [rank_error] rank 0"}, every.summary()
+    outcomes = {"ok, warned [buffer_written]", "error [rank_error] rank 0"}  # a finished run still broke a contract
+    assert len(every.runs) == 4 and set(every.outcomes()) == outcomes, every.summary()
 
 
 INNER = """
