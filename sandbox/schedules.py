@@ -11,7 +11,9 @@ What a schedule holds, every part applied inside the ranks (`sandbox.trace.pertu
 - `start`: each rank's delay, in seconds, before its program starts;
 - `hold`: (rank, k, seconds): that rank sleeps before its k-th traced call (calls counted from 1, as the trace
   numbers them; waits on a Work not counted);
-- `slow`: (rank, seconds): that rank sleeps before each of its traced calls.
+- `slow`: (rank, seconds): that rank sleeps before each of its traced calls;
+- `hash_seeds`: the string-hash seed of the even ranks and of the odd ones (the run starts zygotes of its own under
+  them), for a program whose calls follow a set's order: separate processes each iterate a set in their own order.
 A rank asleep is in its own code, not in a call, so the watchdog never takes it for hung. Torch-free.
 """
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+
+from sandbox.defaults import HASH_SEED_LIST_ENV
 
 ENV = "SANDBOX_SCHEDULE"  # the schedule a rank applies, as JSON (set by the launcher for one run)
 PASSES_S = (0.4, 0.8)      # the holds of the first seeds, one pass over the calls each (asleep is not hung)
@@ -38,8 +42,6 @@ class Schedule:
     def env(self) -> dict[str, str]:
         env = {ENV: json.dumps({"start": list(self.start), "hold": self.hold, "slow": self.slow})}
         if self.hash_seeds:
-            from sandbox.defaults import HASH_SEED_LIST_ENV
-
             env[HASH_SEED_LIST_ENV] = ",".join(str(x) for x in self.hash_seeds)
         return env
 
