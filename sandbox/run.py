@@ -155,6 +155,8 @@ def main(argv=None) -> int:
         p.error("--explore finds a schedule, --replay runs one: give one of them")
     if a.explore_all and not a.explore:
         p.error("--explore-all goes with --explore K")
+    if (a.explore or a.replay) and a.trace_dir:
+        p.error("--trace-dir keeps one run's traces: give it to a plain run, not to --explore or --replay")
     from sandbox import faults as faultlib
 
     try:
@@ -254,15 +256,18 @@ def _explore(a, world: int, on_output) -> int:
             said = f"schedule {a.replay}: {schedule.words()}"
         else:
             found = explore.explore(start, a.explore, every=a.explore_all)
-            said = found.summary(again)
-            failed = found.failed
-            res = failed[1] if failed else found.baseline
+            said, res = found.summary(again), found.result
     except UsageError as e:
         cli.say(PROG, str(e))
         return 2
     except Interrupted as e:
         cli.say(PROG, "interrupted")
         return defaults.interrupted_exit(e.signal)
+    if a.timeline:  # the run shown: the one that failed (or the replayed one, or the first)
+        try:
+            report.timeline(res, a.timeline)
+        except Exception as e:  # noqa: BLE001  the verdict stands without its picture: say why it is missing
+            cli.say(PROG, f"no timeline: {e}")
     if a.json:
         print(json.dumps({"schedules": said, "result": res.to_dict()}))
         return 0 if res.ok else 1
@@ -270,6 +275,8 @@ def _explore(a, world: int, on_output) -> int:
     if not res.ok or a.replay:
         print()
         report.print_result(res, logs=on_output is None)
+    if a.timeline and os.path.exists(a.timeline):
+        print(f"timeline: {a.timeline}")
     return 0 if res.ok else 1
 
 

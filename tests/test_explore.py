@@ -80,6 +80,9 @@ def test_explore_finds_the_isend_race_names_the_sender_and_replays_it(scripts, c
     for _ in range(3):
         assert run_main(["-n", "2", "--replay", "2", scripts["broken"]]) == 1
         assert "rank 1 got 101.0" in capsys.readouterr().out
+    picture = os.path.join(os.path.dirname(scripts["broken"]), "failed.png")
+    assert run_main(["-n", "2", "--explore", "4", "--timeline", picture, scripts["broken"]]) == 1
+    assert f"timeline: {picture}" in capsys.readouterr().out and os.path.getsize(picture) > 1000
 
 
 def test_explore_passes_the_fixed_twin_and_says_what_it_explored(scripts, capsys, clean):
@@ -104,6 +107,7 @@ def test_a_program_that_fails_unperturbed_is_not_explored(tmp_path, capsys, clea
     (["-n", "2", "--explore", "4", "--replay", "2"], "--explore finds a schedule, --replay runs one"),
     (["-n", "2", "--explore-all"], "--explore-all goes with --explore K"),
     (["-n", "2", "--explore", "0"], "--explore"),
+    (["-n", "2", "--replay", "2", "--trace-dir", "t"], "--trace-dir keeps one run's traces"),
 ])
 def test_explore_options_are_one_sentence(argv, said, capsys):
     with pytest.raises(SystemExit) as e:
