@@ -27,12 +27,14 @@ Start = Callable[[dict], RunResult]  # start one run with this extra environment
 def outcome(res: RunResult) -> str:
     """What a run came to, in the words that tell two outcomes apart: 'ok', 'ok, warned [buffer_written]' (it
     finished, breaking a contract), or the verdict, the diagnosis kind and the culprit ranks ('error [rank_error]
-    rank 1')."""
+    rank 1'; 'error [rank_error] on every rank' where every rank raised)."""
     if res.ok:
         kinds = sorted({w.kind for w in res.warnings})
         return f"ok, warned [{', '.join(kinds)}]" if kinds else "ok"
     d = res.diagnosis
     who = f" {words.ranks(sorted(d.culprit_ranks))}" if d.culprit_ranks else ""
+    if res.world_size > 1 and all(r.outcome == "error" for r in res.ranks):
+        who = " on every rank"  # each raised: which one did first (the diagnosis' culprit) is the schedule's luck
     return f"{res.verdict} [{d.kind}]{who}"
 
 
