@@ -187,6 +187,9 @@ def test_the_pytest_marker_explores(pytester):
 
 
 def test_the_magic_explores(clean, capsys):
+    from conftest import need
+
+    need("IPython")  # the magic shows its table with IPython's display
     from sandbox import magic
 
     cell = RACE.format(send=BROKEN)

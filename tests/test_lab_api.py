@@ -505,6 +505,9 @@ def test_a_task_not_written_yet_says_to_do_and_a_real_not_implemented_error_does
 def test_each_build_it_lab_has_a_task_from_an_empty_body():
     """Labs 20, 23 and 25 each hand out one task as a bare `raise NotImplementedError` (the ring's two phases, the
     ZeRO step, 1F1B's three parts), checked as the lab's other tasks are; the executed cell says To do."""
+    from conftest import need
+
+    need("nbformat")
     import nbformat
     for name, fn in (("20_ring_all_reduce", "my_ring"), ("23_sharding", "my_zero_from_nothing"),
                      ("25_pipeline", "my_1f1b_from_nothing")):

@@ -22,6 +22,7 @@ waits on them at the end.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 
@@ -33,6 +34,19 @@ from sandbox.course.pipeline_measure import (GUESS_TOLERANCE, bubble, bubble_for
 
 D, BATCH = 8, 16  # width of every stage, rows in the batch (m must divide it)
 FORWARD_S, BACKWARD_S = 0.05, 0.1  # a stage's simulated compute: the backward costs twice the forward
+# A run's ranks scale that compute by this variable's value: `check` runs the cases it draws no timeline of at a
+# tenth (what it checks, the values and the micro-batches each stage holds, follows from the order of each stage's
+# own calls, not from how long they take); a timeline, and a bubble measured from it, need the full pace
+PACE_ENV = "SANDBOX_PP_PACE"
+CHECK_PACE = 0.1
+
+
+def _compute(seconds: float) -> None:
+    try:
+        pace = float(os.environ.get(PACE_ENV, 1))
+    except ValueError:
+        pace = 1.0
+    time.sleep(seconds * max(pace, 0.0))
 
 
 # ----------------------------------------------------------------------------------------------- the model
@@ -94,7 +108,7 @@ def forward(p: dict, x: torch.Tensor) -> torch.Tensor:
     trace (forward: start, end): what the check counts as a micro-batch taken in, and the timeline draws."""
     from sandbox import lab
     lab.note(forward="start")
-    time.sleep(FORWARD_S)
+    _compute(FORWARD_S)
     y = apply_stage(p, x)
     lab.note(forward="end")
     return y
@@ -106,7 +120,7 @@ def backward(y: torch.Tensor, grad: torch.Tensor | None = None) -> None:
     `forward` is (backward: start, end): its end lets go of the micro-batch's activations."""
     from sandbox import lab
     lab.note(backward="start")
-    time.sleep(BACKWARD_S)
+    _compute(BACKWARD_S)
     y.backward(grad)
     lab.note(backward="end")
 
@@ -245,7 +259,8 @@ def check(fn, schedule: str, ms: tuple[int, ...] | None = None, n: int | None = 
     stages with each m of `ms` where either is given, against `reference`, with the schedule's rule (`in_flight`)
     for that m. A schedule right for one m or p can be wrong for another: a loss divided by a fixed 4, a warm-up that
     forgets m < p, a stage count written in. Returns the first case's answer that is not right, said with its p and
-    m; else the first case's, which says every case it held for."""
+    m; else the first case's, which says every case it held for. Without `timeline`, the stages' simulated compute
+    runs at CHECK_PACE of its time (the verdict does not depend on it)."""
     from sandbox import lab, words
     from sandbox.lab.checks import in_turn
 
@@ -254,6 +269,8 @@ def check(fn, schedule: str, ms: tuple[int, ...] | None = None, n: int | None = 
     cases = CASES[schedule] if ms is None and n is None else \
         tuple((n or 4, m) for m in (ms or dict.fromkeys(m for _, m in CASES[schedule])))
     timeline, show = options.pop("timeline", False), options.pop("show", True)
+    if not timeline:
+        options["env"] = {PACE_ENV: str(CHECK_PACE)} | (options.get("env") or {})
     return in_turn(cases,
                    lambda c: lab.check(fn, n=c[0], kwargs={"m": c[1]}, reference=reference,
                                        rules=[in_flight(schedule, c[1])], show=False, **options),
