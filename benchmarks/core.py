@@ -46,8 +46,8 @@
               string-hash seeds (the default, `sandbox.defaults.HASH_SEEDS`), vs the same with PYTHONHASHSEED set
               (one seed, one zygote), the whole subprocess; both in every repeat               goal: <= 1.15x
 14. explore:  `python -m sandbox.run -n 4 --explore 16 job.py` (the job of part 1, which passes every schedule: one
-              unperturbed run and 16 explored ones, forked by one warm zygote), the whole subprocess; beside it,
-              part 1's single run                                                         goal: <= 10 s
+              unperturbed run and 16 explored ones, forked by one warm zygote, three at once), the whole
+              subprocess; beside it, part 1's single run                                  goal: <= 10 s
 Each repeat runs every measurement once, in an order rotated from repeat to repeat, so the noise of this machine
 hits all of them alike. The script always exits 0: it is a report, not a test.
 """

@@ -14,10 +14,14 @@ fork.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import signal
 from dataclasses import dataclass, field
 from typing import Callable
 
 from sandbox import schedules, words
+from sandbox._run.options import Interrupted
+from sandbox._run.stop import interrupt_others
 from sandbox.result import RunResult
 from sandbox.schedules import Schedule
 
@@ -151,20 +155,45 @@ class Explored:
         return "; ".join(said)
 
 
-def explore(start: Start, k: int, *, every: bool = False) -> Explored:
-    """The unperturbed run, then up to `k` schedules (seeds 1..k), stopping at the first failure unless `every`."""
+JOBS = 3  # explored runs up at once: a run spends most of its time with one rank held asleep and the others waiting
+
+
+def explore(start: Start, k: int, *, every: bool = False, jobs: int = JOBS) -> Explored:
+    """The unperturbed run, then up to `k` schedules (seeds 1..k), stopping at the first failure unless `every`.
+    Up to `jobs` schedules run at once, each forked by the same warm zygote, started in seed order; the answer is
+    what running them one after another would give: every seed up to the first that failed (a later one still up
+    then is waited for and left out). Ctrl-C stops every run that is up."""
     if not (isinstance(k, int) and k >= 1):
         raise ValueError(f"explore takes a number of schedules, at least 1, not {k!r}.")
     got = Explored(baseline=start({}), asked=k)
     if not got.baseline.ok:
         return got
     calls, hashed = calls_made(got.baseline), bool(set_ordered(got.baseline))
-    for seed in range(1, k + 1):
-        s = schedules.drawn(seed, calls, hashed)
-        res = start(s.env())
-        got.runs.append((s, res))
-        if not res.ok and not every:
-            break
+    done: dict[int, tuple[Schedule, RunResult]] = {}
+    first_failed = k + 1
+    with concurrent.futures.ThreadPoolExecutor(max(1, jobs), thread_name_prefix="explore") as pool:
+        up: dict[concurrent.futures.Future, Schedule] = {}
+        seed = 1
+        try:
+            while up or (seed <= k and seed < first_failed):
+                while len(up) < max(1, jobs) and seed <= k and seed < first_failed:
+                    s = schedules.drawn(seed, calls, hashed)
+                    up[pool.submit(start, s.env())] = s
+                    seed += 1
+                ended, _ = concurrent.futures.wait(up, return_when=concurrent.futures.FIRST_COMPLETED)
+                for f in ended:
+                    s = up.pop(f)
+                    done[s.seed] = (s, f.result())
+                    if not done[s.seed][1].ok and not every:
+                        first_failed = min(first_failed, s.seed)
+        except BaseException as e:  # Ctrl-C or SIGTERM in the main thread, or a run's own error: the runs in the
+            # pool have no signal handler of their own, so the signal is passed on to them, and they are waited for
+            interrupt_others(signal.SIGTERM if isinstance(e, SystemExit) else signal.SIGINT)
+            concurrent.futures.wait(up)
+            if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):  # a run's own, with its result
+                raise next((f.exception() for f in up if isinstance(f.exception(), Interrupted)), e) from None
+            raise
+    got.runs = [done[x] for x in sorted(done) if x <= first_failed]
     return got
 
 

@@ -14,8 +14,9 @@ with runpy hung the same way (4 times in 12; 0 in 12 without the import): it is 
 keeps its script's globals until it exits (`sandbox.rank`), as a program keeps them until its interpreter ends, and
 ends with os._exit: 0 hangs in 22 runs with the preload (1 in 6 before). Functions sent to the ranks return before
 their group is destroyed and were not seen to hang (0 in 8). A run preloads when the code it runs mentions what
-imports PRELOAD (`NEEDS_PRELOAD`), so a trivial job never pays for it; a warm zygote once, when it is first idle, so
-every later run forks with it in place.
+imports PRELOAD (`NEEDS_PRELOAD`), so a trivial job never pays for it; a warm zygote once, when it is first idle
+after a run that needed it, so every later run forks with it in place (and a process whose runs never need it, a
+trivial job explored 16 times, never waits for it).
 """
 from __future__ import annotations
 
@@ -83,6 +84,18 @@ def needed(target: dict, modules=()) -> bool:
         except (ImportError, ValueError):  # a malformed name: the run reports it itself
             continue
     return any(_mentions_preload(p) for p in paths)
+
+
+def needed_by_spec(spec_path: str) -> bool:
+    """`needed` for the run whose spec (a pickled dict, `sandbox._run`) is at `spec_path`; no if it cannot be read."""
+    import pickle
+
+    try:
+        with open(spec_path, "rb") as f:
+            spec = pickle.load(f)
+        return needed(spec["target"], spec.get("preload") or ())
+    except Exception:  # noqa: BLE001  only a head start: the run's own zygote decides again, and reports errors
+        return False
 
 
 def _mentions_preload(path) -> bool:

@@ -238,13 +238,19 @@ def main(argv=None) -> int:
 
 def _explore(a, world: int, on_output) -> int:
     """--explore K and --replay SEED: every run forked by one warm zygote, with the options of a plain run."""
-    from sandbox import explore, report
+    from sandbox import explore, report, schedules
     from sandbox.launcher import Interrupted, UsageError, run_script
+
+    def told(env: dict):  # several schedules run at once: each line a rank prints says which schedule's run it is
+        seed = schedules.seed_of(env)
+        if on_output is None or seed is None:
+            return on_output
+        return lambda rank, line: on_output(rank, f"(schedule {seed}) {line}")
 
     start = explore.started(lambda env: run_script(a.module or a.script, a.args, world_size=world,
                                                    module=a.module is not None, hang_after=a.hang_after,
                                                    timeout=a.timeout, gpu=a.gpu, debug=a.debug, env=env, warm=True,
-                                                   on_output=on_output))
+                                                   on_output=told(env)))
 
     def again(seed: int) -> str:
         what = (["-m", a.module] if a.module else [a.script]) + list(a.args)

@@ -40,7 +40,7 @@ class Schedule:
     hash_seeds: tuple[int, ...] | None = None  # each zygote's string-hash seed (rank r: seed r % len), if chosen
 
     def env(self) -> dict[str, str]:
-        env = {ENV: json.dumps({"start": list(self.start), "hold": self.hold, "slow": self.slow})}
+        env = {ENV: json.dumps({"seed": self.seed, "start": list(self.start), "hold": self.hold, "slow": self.slow})}
         if self.hash_seeds:
             env[HASH_SEED_LIST_ENV] = ",".join(str(x) for x in self.hash_seeds)
         return env
@@ -107,6 +107,12 @@ def drawn(seed: int, made: dict[int, list[str]], hashed: bool = False) -> Schedu
     hold = (rank, rng.randint(1, max(1, len(made.get(rank, ())))), rng.choice(HOLDS_S))
     slow = (rng.randrange(n), rng.choice(SLOW_S)) if rng.random() < 1 / 3 else None
     return Schedule(seed=seed, start=start, hold=hold, slow=slow)
+
+
+def seed_of(env: dict) -> int | None:
+    """The seed of the schedule an environment (`Schedule.env`) gives a run, or None (an unperturbed run)."""
+    s = parsed(env.get(ENV))
+    return s.get("seed") if s else None
 
 
 def parsed(raw: str | None) -> dict | None:

@@ -31,8 +31,9 @@ def test_a_seed_gives_one_schedule_and_the_first_seeds_hold_each_call_in_turn_p2
     assert any(any(s.start) for s in later) and any(s.slow for s in later)
     assert all(1 <= s.hold[1] <= 4 and s.hold[2] in schedules.HOLDS_S for s in later)
     assert firsts[1].words() == "rank 1 held 0.4 s before its call 3"
-    assert schedules.parsed(firsts[1].env()[schedules.ENV]) == {"start": [0.0, 0.0], "hold": [1, 3, 0.4],
+    assert schedules.parsed(firsts[1].env()[schedules.ENV]) == {"seed": 2, "start": [0.0, 0.0], "hold": [1, 3, 0.4],
                                                                 "slow": None}
+    assert schedules.seed_of(firsts[1].env()) == 2 and schedules.seed_of({}) is None
     assert schedules.parsed("not json") is None and schedules.parsed(None) is None
     with pytest.raises(ValueError, match="none given"):
         schedules.drawn(1, {})
@@ -91,6 +92,58 @@ def test_explore_passes_the_fixed_twin_and_says_what_it_explored(scripts, capsys
     assert code == 0, out
     assert out.startswith("Explored 16 schedules of 2 ranks after one unperturbed run:\n  ok: 16 runs"), out
     assert "every run finished: 8 of the 8 calls the ranks make held before they start (0.4 and 0.8 s)" in out, out
+
+
+def test_schedules_run_at_once_give_what_running_them_in_turn_gives(scripts, clean):
+    """Several schedules run at once (`explore.JOBS`), started in seed order: the answer is the one-at-a-time
+    answer, every seed up to the first failure and none after it, though a later one was already up."""
+    from sandbox import run_script
+
+    start = explore.started(lambda env: run_script(scripts["broken"], world_size=2, env=env, warm=True))
+    in_turn, at_once = explore.explore(start, 16, jobs=1), explore.explore(start, 16, jobs=3)
+    said = [(s.seed, explore.outcome(r)) for s, r in in_turn.runs]
+    assert said == [(1, "ok, warned [buffer_written]"), (2, "error [rank_error] rank 0")], said
+    assert [(s.seed, explore.outcome(r)) for s, r in at_once.runs] == said, at_once.summary()
+
+
+SLEEPER = """
+import os, sys, time
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+open(os.path.join(sys.argv[1], f"up-{os.getpid()}"), "w").close()
+time.sleep(3)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_ctrl_c_stops_every_schedule_that_is_up(tmp_path, clean):
+    """Ctrl-C reaches the main thread only; the runs up in the exploration's threads are stopped with it: exit 130,
+    'interrupted', and nothing of any of them left (`clean`)."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT, wait_for
+
+    script, marks = tmp_path / "sleeper.py", tmp_path / "up"
+    script.write_text(SLEEPER)
+    marks.mkdir()
+    p = subprocess.Popen([sys.executable, "-m", "sandbox.run", "-n", "2", "--explore", "16", str(script), str(marks)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    try:  # the unperturbed run's 2 ranks, then at least 2 explored runs up at once (each sleeps 3 s)
+        wait_for(lambda: p.poll() is not None or len(os.listdir(marks)) >= 6, "two explored runs to be up at once")
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)  # each run stops within a poll of its watch
+    finally:
+        if p.poll() is None:  # only when an assertion above failed
+            p.kill()
+            p.communicate()
+    assert p.returncode == 128 + signal.SIGINT, (out, err)
+    assert "interrupted" in err and "Traceback" not in err, err
 
 
 def test_a_program_that_fails_unperturbed_is_not_explored(tmp_path, capsys, clean):

@@ -15,16 +15,36 @@ from sandbox._run.watch import ABANDONED, INTERRUPTED
 
 log = logging.getLogger("sandbox.launcher")
 
-__all__ = ["ABANDONED", "INTERRUPTED", "Stopping", "noted_signals"]
+__all__ = ["ABANDONED", "INTERRUPTED", "Stopping", "interrupt_others", "noted_signals"]
+
+
+_OFF_MAIN: list[list] = []  # the `held` of every run up in a thread other than the main one
+_OFF_MAIN_LOCK = threading.Lock()
+
+
+def interrupt_others(signum: int = signal.SIGINT) -> None:
+    """Note `signum` in every run up outside the main thread, as its own handler would: each stops within a poll and
+    raises `Interrupted` where it was started. For the main thread, after it was interrupted while it waited on runs
+    it had started in threads (`sandbox.explore` runs several schedules at once)."""
+    with _OFF_MAIN_LOCK:
+        for held in _OFF_MAIN:
+            held.append(signum)
 
 
 @contextlib.contextmanager
 def noted_signals(held: list):
     """While a run is up, SIGINT and SIGTERM are noted in `held`, not raised: the watch sees them within one poll
     and stops the run, and a signal during teardown cannot cut it short (every step of it is bounded).
-    Only the main thread can set handlers; elsewhere a KeyboardInterrupt is caught where it lands."""
+    Only the main thread can set handlers; elsewhere a KeyboardInterrupt is caught where it lands, and the run is
+    listed for `interrupt_others` (the main thread, interrupted while such runs are up, passes the signal on)."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        with _OFF_MAIN_LOCK:
+            _OFF_MAIN.append(held)
+        try:
+            yield
+        finally:
+            with _OFF_MAIN_LOCK:
+                _OFF_MAIN.remove(held)
         return
 
     def handler(signum, frame):
