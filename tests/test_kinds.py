@@ -39,7 +39,7 @@ def test_kind(fn, n, verdict, kind, culprits, clean):
         assert res.verdict == verdict, res.diagnosis.summary
     else:  # the group-order hang ends in a hang or in gloo's own connect error, depending on timing
         assert res.verdict in ("hang", "error"), res.diagnosis.summary
-    assert res.diagnosis.culprit_ranks == culprits
+    assert res.diagnosis.culprit_ranks == culprits, res.diagnosis.summary
     assert res.diagnosis.summary.endswith("."), res.diagnosis.summary
 
 

@@ -88,7 +88,8 @@ def test_the_mistake_is_named_where_it_was_made(runs, name, n, kind, culprits, w
         said, ranks = d.summary, d.culprit_ranks
     # an order warning names every rank that made the call: each laid its tensor out its own way, and the run
     # cannot say whose order the others shared
-    assert set(culprits) <= set(ranks) and (len(ranks) < n or len(culprits) == n or kind == "data_order"), said
+    assert set(culprits) <= set(ranks) and (len(ranks) < n or len(culprits) == n or kind == "data_order"), \
+        (said, res.verdict, res.diagnosis.summary, [(r.rank, r.outcome) for r in res.ranks])
     for w in words:
         assert w in said, (w, said)
 
