@@ -370,11 +370,17 @@ SLOW_MODULES = {"test_docs", "test_browser", "test_labs", "test_hygiene", "test_
                 # the labs' checks and the build-it-yourself solutions, each on real ranks several times over
                 "test_lab_fixes_core", "test_lab_fixes_primitives", "test_course_ring", "test_course_tp_pp",
                 "test_course_dp_sharding", "test_course_capstone", "test_diagrams", "test_build_it_attempts",
+                "test_lab_fixes_parallel", "test_course_apis",
+                # sets of programs written blind, each run several ways (the others mark themselves slow)
+                "test_schedule_cases", "test_program_end", "test_hash_order_cases",
                 # correct programs that run long on purpose (a false hang needs time to show)
                 "test_correct_long",
                 # simulated nodes (network namespaces; torchrun on them), and the cold start measured on purpose
                 "test_multinode", "test_multinode_bugs", "test_node_faults", "test_fault_runs", "test_startup"}
 SLOW_TESTS = {  # single tests elsewhere that start a kernel, a signal's subject or a script's, or measure at length
+    # explored runs through pytester, Ctrl-C, the docs page's outputs (the quick tier keeps the rest of test_explore)
+    "test_explore::test_the_pytest_marker_explores", "test_explore::test_ctrl_c_stops_every_schedule_that_is_up",
+    "test_explore::test_the_docs_page_shows_what_the_runs_print",
     "test_api::test_from_a_jupyter_kernel", "test_magic::test_the_magic_in_a_notebook",
     "test_magic::test_ctrl_c_ends_the_run_and_shows_it", "test_lab::test_a_fix_typed_into_a_notebook_cell",
     "test_startup::test_the_preload_is_what_a_training_script_imports_lazily", "test_bench::test_advice_run",

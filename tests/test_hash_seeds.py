@@ -12,6 +12,8 @@ pytestmark = pytest.mark.usefixtures("product_seeds")
 
 from sandbox import defaults, launch, run_script, warm
 
+COLD_AND_WARM = [pytest.param(False, marks=pytest.mark.slow), True]  # the cold start, measured on purpose: full suite
+
 NAMES = ["encoder.weight", "encoder.bias", "decoder.weight", "decoder.bias", "head.scale", "embed.table",
          "norm.gamma", "norm.beta", "proj.out", "proj.in", "attn.qkv", "attn.out"]
 
@@ -35,7 +37,7 @@ def _seed_of(env_seed: str) -> int:
                               env=dict(os.environ, PYTHONHASHSEED=env_seed), check=True).stdout)
 
 
-@pytest.mark.parametrize("warm_run", [False, True], ids=["cold", "warm"])
+@pytest.mark.parametrize("warm_run", COLD_AND_WARM, ids=["cold", "warm"])
 def test_ranks_of_different_zygotes_hash_strings_differently_as_torchruns_workers_do(warm_run, clean):
     assert defaults.HASH_SEEDS == 2
     try:
@@ -93,7 +95,7 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.parametrize("warm_run", [False, True], ids=["cold", "warm"])
+@pytest.mark.parametrize("warm_run", COLD_AND_WARM, ids=["cold", "warm"])
 def test_unseeded_numpy_draws_differ_between_ranks_as_between_torchruns_workers(warm_run, tmp_path, clean):
     """torchrun's workers each seed NumPy's global generator from the OS; ranks forked from a zygote that imported
     numpy.random (the preload does) shared its state, so every rank of a zygote drew the same numbers. Each rank now
