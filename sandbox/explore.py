@@ -156,6 +156,7 @@ class Explored:
 
 
 JOBS = 3  # explored runs up at once: a run spends most of its time with one rank held asleep and the others waiting
+# (on GPUs, one at a time: each run's ranks take one GPU each)
 
 
 def explore(start: Start, k: int, *, every: bool = False, jobs: int = JOBS) -> Explored:

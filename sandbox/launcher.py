@@ -92,7 +92,8 @@ def _explored(target: dict, world_size: int, k: int | None, every: bool, seed: i
     env = options.pop("env", None)
     start = explore.started(lambda env: Run(target, world_size, env=env, **options).run(), env)
     try:
-        return explore.replay(start, seed)[1] if seed is not None else explore.explore(start, k, every=every)
+        return explore.replay(start, seed)[1] if seed is not None else explore.explore(
+            start, k, every=every, jobs=1 if options.get("gpu") else explore.JOBS)  # GPUs: one run's ranks at a time
     except ValueError as e:
         raise UsageError(str(e)) from None
 

@@ -154,7 +154,8 @@ def _explore(a, n: int, path: str, ip):
         shown = relabel(res, path, CELL)
         show_result(shown, timeline=a.timeline)
     else:
-        shown = relabel(explore.explore(start, a.explore, every=a.explore_all), path, CELL)
+        shown = relabel(explore.explore(start, a.explore, every=a.explore_all, jobs=1 if a.gpu else explore.JOBS),
+                        path, CELL)
         display(shown)
     if ip is not None:
         ip.user_ns[RESULT_NAME] = shown

@@ -261,7 +261,7 @@ def _explore(a, world: int, on_output) -> int:
             schedule, res = explore.replay(start, a.replay)
             said = f"schedule {a.replay}: {schedule.words()}"
         else:
-            found = explore.explore(start, a.explore, every=a.explore_all)
+            found = explore.explore(start, a.explore, every=a.explore_all, jobs=1 if a.gpu else explore.JOBS)
             said, res = found.summary(again), found.result
     except UsageError as e:
         cli.say(PROG, str(e))
