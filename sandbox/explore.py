@@ -7,21 +7,20 @@ First the program runs as it is. If that run fails there is nothing to explore: 
 its trace says which calls each rank made, and each explored run gets the schedule of one seed
 (`sandbox.schedules.drawn`: one rank held before each of its calls in turn, then start delays, holds and a slow rank
 at random), seeds 1 to K,
-so an exploration is the same every time it is run. It stops at the first run that fails (or, with `every`, runs all
-K) and reports each distinct outcome with the seeds that gave it; `replay(seed)` runs the unperturbed program once
-more (for its calls) and then the seed's schedule. The runs share one warm zygote: after the first, a run costs a
-fork.
+so an exploration is the same every time it is run. Its answer ends at the first run that fails (or, with `every`,
+holds all K) and reports each distinct outcome with the seeds that gave it; `replay(seed)` runs the unperturbed
+program once more (for its calls) and then the seed's schedule. Runs fork from one warm zygote (after the first, a
+run costs a fork; string-hash seeds start zygotes of their own), three at once (`explore`, JOBS).
 """
 from __future__ import annotations
 
 import concurrent.futures
-import signal
 from dataclasses import dataclass, field
 from typing import Callable
 
 from sandbox import schedules, words
 from sandbox._run.options import Interrupted
-from sandbox._run.stop import interrupt_others
+from sandbox._run.stop import interrupt_others, noted_signals
 from sandbox.result import RunResult
 from sandbox.schedules import Schedule
 
@@ -157,45 +156,57 @@ class Explored:
 
 JOBS = 3  # explored runs up at once: a run spends most of its time with one rank held asleep and the others waiting
 # (on GPUs, one at a time: each run's ranks take one GPU each)
+POLL_S = 0.1  # how often the main thread, waiting on runs up in its threads, looks for a signal it noted
 
 
 def explore(start: Start, k: int, *, every: bool = False, jobs: int = JOBS) -> Explored:
     """The unperturbed run, then up to `k` schedules (seeds 1..k), stopping at the first failure unless `every`.
-    Up to `jobs` schedules run at once, each forked by the same warm zygote, started in seed order; the answer is
-    what running them one after another would give: every seed up to the first that failed (a later one still up
-    then is waited for and left out). Ctrl-C stops every run that is up."""
+
+    Up to `jobs` schedules run at once, in waves of consecutive seeds, and are settled in seed order, so the answer
+    is the one running them one after another gives: every seed up to the first that failed, none after it. A run
+    that failed while others were up is run again alone before it counts (copies of a program that writes a fixed
+    file can trip over each other): its run alone is the one kept. Ctrl-C or SIGTERM stops every run that is up and
+    raises `Interrupted`."""
     if not (isinstance(k, int) and k >= 1):
         raise ValueError(f"explore takes a number of schedules, at least 1, not {k!r}.")
     got = Explored(baseline=start({}), asked=k)
     if not got.baseline.ok:
         return got
     calls, hashed = calls_made(got.baseline), bool(set_ordered(got.baseline))
-    done: dict[int, tuple[Schedule, RunResult]] = {}
-    first_failed = k + 1
-    with concurrent.futures.ThreadPoolExecutor(max(1, jobs), thread_name_prefix="explore") as pool:
-        up: dict[concurrent.futures.Future, Schedule] = {}
-        seed = 1
-        try:
-            while up or (seed <= k and seed < first_failed):
-                while len(up) < max(1, jobs) and seed <= k and seed < first_failed:
-                    s = schedules.drawn(seed, calls, hashed)
-                    up[pool.submit(start, s.env())] = s
-                    seed += 1
-                ended, _ = concurrent.futures.wait(up, return_when=concurrent.futures.FIRST_COMPLETED)
-                for f in ended:
-                    s = up.pop(f)
-                    done[s.seed] = (s, f.result())
-                    if not done[s.seed][1].ok and not every:
-                        first_failed = min(first_failed, s.seed)
-        except BaseException as e:  # Ctrl-C or SIGTERM in the main thread, or a run's own error: the runs in the
-            # pool have no signal handler of their own, so the signal is passed on to them, and they are waited for
-            interrupt_others(signal.SIGTERM if isinstance(e, SystemExit) else signal.SIGINT)
-            concurrent.futures.wait(up)
-            if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):  # a run's own, with its result
-                raise next((f.exception() for f in up if isinstance(f.exception(), Interrupted)), e) from None
-            raise
-    got.runs = [done[x] for x in sorted(done) if x <= first_failed]
+    jobs = max(1, jobs)
+    seed = 1
+    while seed <= k:
+        wave = [schedules.drawn(x, calls, hashed) for x in range(seed, min(k, seed + jobs - 1) + 1)]
+        seed += len(wave)
+        ran = [start(wave[0].env())] if len(wave) == 1 else _at_once(start, wave, got.baseline)
+        for s, res in zip(wave, ran):  # in seed order: a lower seed's error or failure is the answer
+            if isinstance(res, BaseException):
+                raise res
+            if not res.ok and len(wave) > 1:
+                res = start(s.env())  # alone, as --replay runs it
+            got.runs.append((s, res))
+            if not res.ok and not every:
+                return got
     return got
+
+
+def _at_once(start: Start, wave: list[Schedule], baseline: RunResult) -> list:
+    """Each schedule of `wave` run in a thread of its own, all at once; their results (or what each raised), in
+    order. The runs have no signal handlers there: this thread notes SIGINT and SIGTERM (if it is the main thread),
+    passes them on to every run up (`interrupt_others`, each poll, so that one still starting gets it too) and, once
+    every run is over, raises `Interrupted` (the lowest seed's, with where its ranks were)."""
+    held: list[int] = []
+    with noted_signals(held), concurrent.futures.ThreadPoolExecutor(len(wave), thread_name_prefix="explore") as pool:
+        futures = [pool.submit(start, s.env()) for s in wave]
+        while not all(f.done() for f in futures):
+            concurrent.futures.wait(futures, timeout=POLL_S)
+            if held:
+                interrupt_others(held[0])
+    out = [f.exception() or f.result() for f in futures]
+    if held:
+        stopped = next((e for e in out if isinstance(e, Interrupted)), None)
+        raise stopped or Interrupted(next((r for r in out if isinstance(r, RunResult)), baseline), held[0])
+    return out
 
 
 def replay(start: Start, seed: int) -> tuple[Schedule, RunResult]:

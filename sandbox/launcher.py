@@ -92,8 +92,10 @@ def _explored(target: dict, world_size: int, k: int | None, every: bool, seed: i
     env = options.pop("env", None)
     start = explore.started(lambda env: Run(target, world_size, env=env, **options).run(), env)
     try:
-        return explore.replay(start, seed)[1] if seed is not None else explore.explore(
-            start, k, every=every, jobs=1 if options.get("gpu") else explore.JOBS)  # GPUs: one run's ranks at a time
+        # one at a time on GPUs (a GPU per rank) and into a trace_dir (each run would clear the others' files)
+        jobs = 1 if options.get("gpu") or options.get("trace_dir") else explore.JOBS
+        return explore.replay(start, seed)[1] if seed is not None else explore.explore(start, k, every=every,
+                                                                                       jobs=jobs)
     except ValueError as e:
         raise UsageError(str(e)) from None
 

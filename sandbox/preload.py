@@ -53,10 +53,10 @@ def run() -> None:
             pass
 
 
-def _module_file(name: str) -> str | None:
+def _module_file(name: str, search: list[str] | None = None) -> str | None:
     """The source file of module `name`, found without importing it or its packages (their code must not run
-    before the fork)."""
-    path, spec, parts = None, None, name.split(".")
+    before the fork); a top-level name is looked for on `search` (default: sys.path)."""
+    path, spec, parts = search, None, name.split(".")
     for i in range(len(parts)):
         spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]), path)
         if spec is None:
@@ -65,7 +65,7 @@ def _module_file(name: str) -> str | None:
     return spec.origin if spec is not None and spec.has_location else None
 
 
-def needed(target: dict, modules=()) -> bool:
+def needed(target: dict, modules=(), search: list[str] | None = None) -> bool:
     """Does the code this run runs mention what imports PRELOAD? Read from the script's or module's source, or the
     bytes of a function sent by value (cloudpickle keeps the names it refers to), and from the source of the
     modules the run asks to import before the fork (a catalogue run's target is a small runner; its bug module is
@@ -80,7 +80,7 @@ def needed(target: dict, modules=()) -> bool:
     paths = [path] if path else []
     for name in names:
         try:
-            paths.append(_module_file(name))
+            paths.append(_module_file(name, search))
         except (ImportError, ValueError):  # a malformed name: the run reports it itself
             continue
     return any(_mentions_preload(p) for p in paths)
@@ -93,7 +93,7 @@ def needed_by_spec(spec_path: str) -> bool:
     try:
         with open(spec_path, "rb") as f:
             spec = pickle.load(f)
-        return needed(spec["target"], spec.get("preload") or ())
+        return needed(spec["target"], spec.get("preload") or (), (spec.get("sys_path") or []) + sys.path)
     except Exception:  # noqa: BLE001  only a head start: the run's own zygote decides again, and reports errors
         return False
 

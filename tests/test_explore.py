@@ -106,13 +106,43 @@ def test_schedules_run_at_once_give_what_running_them_in_turn_gives(scripts, cle
     assert [(s.seed, explore.outcome(r)) for s, r in at_once.runs] == said, at_once.summary()
 
 
+FIXED_FILE = """
+import os, sys, time
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 0:  # a fixed path, as a checkpoint's: copies of this program run at once overwrite it
+    with open(sys.argv[1], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(0.5)
+    with open(sys.argv[1]) as f:
+        assert f.read() == str(os.getpid()), "another copy wrote the file"
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_failure_seen_beside_other_runs_counts_only_if_it_fails_alone(tmp_path, clean):
+    """Copies of a program that writes a fixed file trip over each other when three schedules run at once; each
+    such failure is run again alone, which passes, so the exploration passes, as one run at a time would."""
+    from sandbox import run_script
+
+    script = tmp_path / "fixed_file.py"
+    script.write_text(FIXED_FILE)
+    start = explore.started(lambda env: run_script(str(script), [str(tmp_path / "ckpt")], world_size=2, env=env,
+                                                   warm=True))
+    found = explore.explore(start, 3, jobs=3)
+    assert found.ok and [s.seed for s, _ in found.runs] == [1, 2, 3], found.summary()
+
+
 SLEEPER = """
 import os, sys, time
 import torch.distributed as dist
 
 dist.init_process_group("gloo")
+explored = len(os.listdir(sys.argv[1])) >= 2  # the unperturbed run's two ranks came first
 open(os.path.join(sys.argv[1], f"up-{os.getpid()}"), "w").close()
-time.sleep(3)
+time.sleep(600 if explored else 0)  # an explored run ends only if it is stopped
 dist.barrier()
 dist.destroy_process_group()
 """
@@ -120,7 +150,8 @@ dist.destroy_process_group()
 
 def test_ctrl_c_stops_every_schedule_that_is_up(tmp_path, clean):
     """Ctrl-C reaches the main thread only; the runs up in the exploration's threads are stopped with it: exit 130,
-    'interrupted', and nothing of any of them left (`clean`)."""
+    'interrupted', and nothing of any of them left (`clean`). An explored run sleeps 600 s: only a run that was
+    stopped ends within the wait below, and two of them up at once (six marks) shows they run side by side."""
     import signal
     import subprocess
     import sys

@@ -24,7 +24,7 @@ _OFF_MAIN_LOCK = threading.Lock()
 
 def interrupt_others(signum: int = signal.SIGINT) -> None:
     """Note `signum` in every run up outside the main thread, as its own handler would: each stops within a poll and
-    raises `Interrupted` where it was started. For the main thread, after it was interrupted while it waited on runs
+    raises `Interrupted` where it was started. For the main thread, when it noted a signal while it waited on runs
     it had started in threads (`sandbox.explore` runs several schedules at once)."""
     with _OFF_MAIN_LOCK:
         for held in _OFF_MAIN:
@@ -43,8 +43,8 @@ def noted_signals(held: list):
         try:
             yield
         finally:
-            with _OFF_MAIN_LOCK:
-                _OFF_MAIN.remove(held)
+            with _OFF_MAIN_LOCK:  # by identity: every run's list starts out empty, and equal
+                _OFF_MAIN[:] = [h for h in _OFF_MAIN if h is not held]
         return
 
     def handler(signum, frame):
