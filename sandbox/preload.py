@@ -14,9 +14,8 @@ with runpy hung the same way (4 times in 12; 0 in 12 without the import): it is 
 keeps its script's globals until it exits (`sandbox.rank`), as a program keeps them until its interpreter ends, and
 ends with os._exit: 0 hangs in 22 runs with the preload (1 in 6 before). Functions sent to the ranks return before
 their group is destroyed and were not seen to hang (0 in 8). A run preloads when the code it runs mentions what
-imports PRELOAD (`NEEDS_PRELOAD`), so a trivial job never pays for it; a warm zygote once, when it is first idle
-after a run that needed it, so every later run forks with it in place (and a process whose runs never need it, a
-trivial job explored 16 times, never waits for it).
+imports PRELOAD (`NEEDS_PRELOAD`), so a trivial job never pays for it; a warm zygote once, when it is first idle, so
+every later run forks with it in place.
 """
 from __future__ import annotations
 
@@ -53,10 +52,10 @@ def run() -> None:
             pass
 
 
-def _module_file(name: str, search: list[str] | None = None) -> str | None:
+def _module_file(name: str) -> str | None:
     """The source file of module `name`, found without importing it or its packages (their code must not run
-    before the fork); a top-level name is looked for on `search` (default: sys.path)."""
-    path, spec, parts = search, None, name.split(".")
+    before the fork)."""
+    path, spec, parts = None, None, name.split(".")
     for i in range(len(parts)):
         spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]), path)
         if spec is None:
@@ -65,7 +64,7 @@ def _module_file(name: str, search: list[str] | None = None) -> str | None:
     return spec.origin if spec is not None and spec.has_location else None
 
 
-def needed(target: dict, modules=(), search: list[str] | None = None) -> bool:
+def needed(target: dict, modules=()) -> bool:
     """Does the code this run runs mention what imports PRELOAD? Read from the script's or module's source, or the
     bytes of a function sent by value (cloudpickle keeps the names it refers to), and from the source of the
     modules the run asks to import before the fork (a catalogue run's target is a small runner; its bug module is
@@ -80,22 +79,10 @@ def needed(target: dict, modules=(), search: list[str] | None = None) -> bool:
     paths = [path] if path else []
     for name in names:
         try:
-            paths.append(_module_file(name, search))
+            paths.append(_module_file(name))
         except (ImportError, ValueError):  # a malformed name: the run reports it itself
             continue
     return any(_mentions_preload(p) for p in paths)
-
-
-def needed_by_spec(spec_path: str) -> bool:
-    """`needed` for the run whose spec (a pickled dict, `sandbox._run`) is at `spec_path`; no if it cannot be read."""
-    import pickle
-
-    try:
-        with open(spec_path, "rb") as f:
-            spec = pickle.load(f)
-        return needed(spec["target"], spec.get("preload") or (), (spec.get("sys_path") or []) + sys.path)
-    except Exception:  # noqa: BLE001  only a head start: the run's own zygote decides again, and reports errors
-        return False
 
 
 def _mentions_preload(path) -> bool:

@@ -33,12 +33,10 @@ def serve(control: socket.socket) -> None:
     attached (SCM_RIGHTS): the run's own pipe to the launcher. The reply is {"pid": P}: P leads the run's process
     group. Closing the control socket ends the warm zygote and every run it started."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # runs are reaped by the kernel: no zombies to collect
-    needed = False  # has a run served so far needed the preload?
     while True:
-        if needed and preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
-            # idle after a run that needed it (that run, already forked, imported it itself): later runs fork with
-            # it in place; as for torch, a thread started inside must leave SIGTERM to the main thread. A process
-            # whose runs never need it (a trivial job explored 16 times) never waits for it
+        if preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
+            # idle (the first run, asked for at start, is already forked): later runs fork with it in place; as for
+            # torch, a thread started inside must leave SIGTERM to the main thread
             with signals_to_main_thread():
                 preload.run()
         try:
@@ -48,8 +46,6 @@ def serve(control: socket.socket) -> None:
         if not msg:
             end_warm()
         req = json.loads(msg)
-        req["preload"] = preload.needed_by_spec(req["spec"])
-        needed = needed or req["preload"]
         seeds = min(int(req["environ"].get(defaults.HASH_SEEDS_ENV, "1")), 1 + len(WARM_SIBLINGS))
         pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(seeds - 1)]
         pid = os.fork()

@@ -66,9 +66,9 @@ def serve_siblings(control: socket.socket) -> None:
     run's sibling into the run's process group (pid z1, which the launcher ends with the run)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     me = os.getpid()
-    needed = False  # as its warm zygote: the preload waits until a run that needs it is forked (told in its request)
+    served = False  # as its warm zygote: the preload waits until the first run is forked, which must not wait for it
     while True:
-        if needed and preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
+        if served and preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
             with signals_to_main_thread():
                 preload.run()
         try:
@@ -77,8 +77,7 @@ def serve_siblings(control: socket.socket) -> None:
             continue
         if not msg:
             os._exit(0)
-        req = json.loads(msg)
-        needed = needed or bool(req.get("preload"))
+        req, served = json.loads(msg), True
         if os.fork() == 0:
             try:
                 os.setpgid(0, req["z1"])
