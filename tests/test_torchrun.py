@@ -112,7 +112,26 @@ def test_one_node_hang(tmp_path):
     assert q.returncode == 1
     assert (d["verdict"], d["diagnosis"]["kind"], d["diagnosis"]["culprit_ranks"]) == ("hang", "collective_mismatch", [2])
     # torchrun's SIGTERM left each rank's Python stack behind
-    assert "mismatch.py" in open(tmp_path / "stack-2.txt").read()
+    stack = open(tmp_path / "stack-2.txt").read()
+    assert "mismatch.py" in stack, stack
+    assert leftovers() == []
+
+
+def test_a_worker_whose_peer_died_leaves_its_stack_where_its_call_failed(tmp_path):
+    """torchrun ends its workers one after another (each in a session of its own), so a rank blocked on a peer that
+    went first sees its call fail and leaves it before its own SIGTERM comes: the stack it leaves is the one taken
+    when its call raised, at the line it was stuck on. Here rank 0 dies while rank 1 waits in recv from it."""
+    script = tmp_path / "dies.py"
+    script.write_text("import os\nimport torch\nimport torch.distributed as dist\n"
+                      "dist.init_process_group('gloo')\n"
+                      "if dist.get_rank() == 0:\n    os._exit(3)\n"
+                      "dist.recv(torch.zeros(1), src=0)  # waits for rank 0\n")
+    trace_dir = tmp_path / "traces"
+    p = _torchrun(trace_dir, str(script), 2)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode != 0, out
+    stack = open(trace_dir / "stack-1.txt").read()
+    assert 'dies.py", line 7' in stack, (stack, out[-3000:])
     assert leftovers() == []
 
 

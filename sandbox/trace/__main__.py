@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import os
 import shutil
 import signal
@@ -23,7 +24,7 @@ import time
 from sandbox import defaults, ending, rundir
 from sandbox import rank as rank_runner
 from sandbox import trace
-from sandbox.trace import recorder
+from sandbox.trace import record, recorder
 
 
 
@@ -89,6 +90,9 @@ def main(argv: list[str]) -> int:
     stack = open(rundir.stack(a.trace_dir, rank), "w")
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     faulthandler.register(signal.SIGTERM, file=stack, all_threads=True, chain=True)
+    # torchrun ends its workers one after another: a rank blocked on a peer ended before it sees its call fail and
+    # leaves it before its own SIGTERM comes. Where it was stuck is where that call raised: its stack is left then
+    record.on_error = functools.partial(faulthandler.dump_traceback, file=stack, all_threads=True)
     faulthandler.enable(file=sys.stderr)
     trace.start(rundir.trace(a.trace_dir, rank), rank,
                 world_size=int(os.environ.get("WORLD_SIZE", "1")), local_rank=int(os.environ.get("LOCAL_RANK", "0")),

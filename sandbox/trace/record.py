@@ -24,6 +24,7 @@ _seq: dict[str, int] = {}
 outstanding: dict[int, tuple] = {}  # id(Work) -> (Work, the fields of its call): asynchronous calls not waited on
 _MAX_OUTSTANDING = 10000
 before_call = None  # an explored schedule's sleep before each traced call (`sandbox.trace.perturb`); None: none
+on_error = None  # called once, after the first traced call that raised (a torchrun worker leaves its stack then)
 
 
 def _key(v):
@@ -254,10 +255,17 @@ def exit_anyway(call_id: int, op: str, e: Exception) -> None:
 
 
 def exit_error(call_id: int, op: str, e: BaseException) -> None:
+    global on_error
     try:
         sink.emit({"ev": "exit", "rank": sink.rank, "id": call_id, "op": op, "error": f"{type(e).__name__}: {e}"[:2000]})
     except Exception:  # noqa: BLE001  the trace file cannot be written: the user's own error matters more than ours
         pass
+    hook, on_error = on_error, None
+    if hook is not None:
+        try:
+            hook()
+        except Exception:  # noqa: BLE001  only a record of where the rank was: the user's own error matters more
+            pass
 
 
 def tracer_error(op: str, e: Exception) -> None:
