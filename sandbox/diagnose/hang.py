@@ -11,6 +11,7 @@ import re
 from sandbox import _paths, branches, words
 from sandbox.calls import is_collective, op_of, p2p_direction
 from sandbox.diagnose import cycles, framework, hosts, origins, positions
+from sandbox.diagnose.connect import left_while_connecting
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -148,11 +149,13 @@ def blocked_call(t: RankTrack) -> dict | None:
 def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
     pend = {r: blocked_call(t) for r, t in tracks.items() if blocked_call(t) is not None}
     for finder in (lambda: hosts.loopback_rendezvous(tracks), lambda: hosts.duplicate_rank(tracks),
+                   lambda: left_while_connecting(tracks),
                    lambda: init_mismatch(tracks), lambda: group_mismatch(tracks, strict=True),
                    lambda: framework.uneven_steps(tracks, pend), lambda: framework.left_the_loop(tracks, pend),
                    lambda: framework.bucket_without_partner(tracks, pend),
                    lambda: fsdp_words(bucket_mismatch(tracks, pend), tracks),
-                   lambda: fsdp_uneven(tracks, pend), lambda: cycles.wait_cycle(tracks, pend), lambda: p2p(tracks, pend),
+                   lambda: fsdp_uneven(tracks, pend), lambda: cycles.wait_cycle(tracks, pend),
+                   lambda: p2p(tracks, pend),
                    lambda: missing(tracks, pend)):
         d = finder()
         if d is not None:
