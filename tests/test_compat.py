@@ -300,6 +300,7 @@ def hooks_seen(set_own: bool):
     dist.init_process_group("gloo")
     wrapped = sys.excepthook is not (mine if set_own else sys.__excepthook__)
     found = compat.programs_excepthook()
+    dist.barrier()  # no collective above: without it a fast rank may leave while a slow one still connects
     dist.destroy_process_group()
     return wrapped, (found is mine) if set_own else found is None
 

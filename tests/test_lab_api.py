@@ -72,6 +72,7 @@ def sets_up_its_own_group():
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
+    dist.barrier()  # no collective above: without it a fast rank may leave while a slow one still connects
     dist.destroy_process_group()
     return rank
 

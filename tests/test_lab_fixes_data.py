@@ -42,6 +42,7 @@ def _sampler_loop(set_epoch):
     for epoch in range(EPOCHS):
         set_epoch(sampler, epoch)
         order[f"epoch {epoch}"] = [int(i) for index, _ in loader for i in index]
+    dist.barrier()  # no collective above: without it a fast rank may leave while a slow one still connects
     dist.destroy_process_group()
     return order
 

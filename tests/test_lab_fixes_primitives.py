@@ -121,6 +121,7 @@ def computed_locally():
 
     dist.init_process_group("gloo")
     result = sum(torch.arange(4) + 10 * r for r in range(dist.get_world_size())).tolist()
+    dist.barrier()  # no collective above: without it a fast rank may leave while a slow one still connects
     dist.destroy_process_group()
     return result
 
