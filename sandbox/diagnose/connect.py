@@ -42,37 +42,52 @@ def _got_through(q: RankTrack, p: dict) -> bool:
     return bool(q.inits) and (q.pending is None or q.pending["op"] != "init_process_group")
 
 
-def left_while_connecting(tracks: dict[int, RankTrack], outcomes: dict[int, str] | None = None) -> Diagnosis | None:
-    """A rank still inside (or failed in, its peer gone) init_process_group or new_group, whose peers of that call
-    include ranks that got through it and then finished without an error, and none that crashed or raised a cause
-    of its own: those ranks left while it was still connecting to them."""
+def victims(tracks: dict[int, RankTrack], outcomes: dict[int, str] | None = None) -> dict[int, list[int]]:
+    """{rank: the ranks that left it}: each rank still inside (or failed in, its peer gone) init_process_group or
+    new_group whose peers of that call include ranks that got through it and then finished without an error, while
+    no rank crashed or raised a cause of its own."""
     outcomes = outcomes or {}
+    if any(outcomes.get(m) == "crashed" or (t.error is not None and not words.peer_lost(t.error.get("message")))
+           for m, t in tracks.items()):
+        return {}
+    out = {}
     for r, t in sorted(tracks.items()):
         p = _connecting_call(t)
         if p is None:
             continue
-        peers = [m for m in _peers(p, tracks) if m != r and m in tracks]
-        left = [m for m in peers if tracks[m].finished and tracks[m].error is None
-                and outcomes.get(m, "ok") == "ok" and _got_through(tracks[m], p)]
-        causes = [m for m in tracks if m != r and (outcomes.get(m) == "crashed" or (
-            tracks[m].error is not None and not words.peer_lost(tracks[m].error.get("message"))))]
-        if not left or causes:
-            continue
-        slow = [m for m, q in sorted(tracks.items()) if _connecting_call(q) is not None
-                and _connecting_call(q).get("op") == p["op"]]
-        failed = words.peer_lost(t.failed_with) and t.pending is None
-        how = (f"failed in {words.call(p)} at {p.get('site')} (\"{words.PEER_LOST.search(t.failed_with).group(0)}\")"
-               if failed
-               else f"waits in {words.call(p)} at {p.get('site')}")
-        barrier = (", or set TORCH_DIST_INIT_BARRIER=1 so that init_process_group itself waits for every rank"
-                   if p["op"] == "init_process_group" else "")
-        return Diagnosis(
-            kind=Kind.LEFT_EARLY,
-            cause=f"{words.ranks(slow).capitalize()} {how}: it was still making its connections when"
-                  f" {words.ranks(left)}, whose {p['op']} had returned, finished and closed theirs."
-                  f" {p['op']} returns on each rank once that rank's own connections are made, not once every"
-                  f" rank's are, and nothing after it made {words.ranks(left)} wait for {words.ranks(slow)}."
-                  f" Make a call every rank takes part in (dist.barrier()) before destroy_process_group{barrier}.",
-            culprit_ranks=left, op=p["op"], group=sorted(set(peers) | {r}), site=p.get("site"),
-            details={"connecting": slow, "left": left})
-    return None
+        left = [m for m in _peers(p, tracks) if m != r and m in tracks and tracks[m].finished
+                and tracks[m].error is None and outcomes.get(m, "ok") == "ok" and _got_through(tracks[m], p)]
+        if left:
+            out[r] = left
+    return out
+
+
+def left_while_connecting(tracks: dict[int, RankTrack], outcomes: dict[int, str] | None = None) -> Diagnosis | None:
+    """Ranks that left while others were still connecting to them (`victims`), when every other rank has finished
+    too: a rank still waiting in a later call that the leavers never made is the missing-ranks rule's (they left
+    without it), with the ranks left connecting excused there."""
+    slow = victims(tracks, outcomes)
+    if not slow:
+        return None
+    left = sorted({m for ms in slow.values() for m in ms})
+    if any(not t.finished and r not in slow for r, t in tracks.items()):
+        return None
+    r = min(slow)
+    t = tracks[r]
+    p = _connecting_call(t)
+    failed = words.peer_lost(t.failed_with) and t.pending is None
+    how = (f"failed in {words.call(p)} at {p.get('site')} (\"{words.PEER_LOST.search(t.failed_with).group(0)}\")"
+           if failed else f"waits in {words.call(p)} at {p.get('site')}")
+    barrier = (", or set TORCH_DIST_INIT_BARRIER=1 so that init_process_group itself waits for every rank"
+               if p["op"] == "init_process_group" else "")
+    who = sorted(slow)
+    return Diagnosis(
+        kind=Kind.LEFT_EARLY,
+        cause=f"{words.ranks(who).capitalize()} {how}: {'it was' if len(who) == 1 else 'they were'} still making"
+              f" {'its' if len(who) == 1 else 'their'} connections when {words.ranks(left)}, whose {p['op']} had"
+              f" returned, finished and closed theirs. {p['op']} returns on each rank once that rank's own connections"
+              f" are made, not once every rank's are, and nothing after it made {words.ranks(left)} wait for"
+              f" {words.ranks(who)}. Make a call every rank takes part in (dist.barrier()) before"
+              f" destroy_process_group{barrier}.",
+        culprit_ranks=left, op=p["op"], group=sorted(set(_peers(p, tracks)) | {r}), site=p.get("site"),
+        details={"connecting": who, "left": left})

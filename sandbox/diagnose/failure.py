@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from sandbox import words
 from sandbox.diagnose import framework, hosts
-from sandbox.diagnose.connect import left_while_connecting
+from sandbox.diagnose.connect import left_while_connecting, victims
 from sandbox.diagnose.hang import busy_at_timeout, missing
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -35,7 +35,8 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
     d = left_while_connecting(tracks, outcomes)
     if d is not None:
         return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks + d.details["connecting"]))
-    d = group_mismatch(tracks, strict=True) if any(t.new_groups for t in tracks.values()) else None
+    d = (group_mismatch(tracks, strict=True, excused=victims(tracks, outcomes))
+         if any(t.new_groups for t in tracks.values()) else None)
     if d is not None:
         return d
     # on several hosts, start-up errors whose cause is where the ranks are: a loopback address gloo advertised, a
@@ -73,7 +74,8 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
         # every error only says "a peer went away": the cause is a rank that was not in the call with them
         # a rank still inside its call when the run ended (its peer's exit not yet seen there) is in it too
         inside = {r: c for r, t in tracks.items() if (c := t.failed_call or t.pending) is not None}
-        d = framework.uneven_steps(tracks, inside) or fsdp_uneven(tracks, inside) or missing(tracks, inside)
+        d = (framework.uneven_steps(tracks, inside) or fsdp_uneven(tracks, inside)
+             or missing(tracks, inside, excused=victims(tracks, outcomes)))
         if d is not None:
             return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks))
         causes = errored

@@ -11,7 +11,7 @@ import re
 from sandbox import _paths, branches, words
 from sandbox.calls import is_collective, op_of, p2p_direction
 from sandbox.diagnose import cycles, framework, hosts, origins, positions
-from sandbox.diagnose.connect import left_while_connecting
+from sandbox.diagnose.connect import left_while_connecting, victims
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -78,19 +78,20 @@ def _members(p: dict, tracks) -> list[int] | None:
     return None
 
 
-def missing(tracks, pend) -> Diagnosis | None:
+def missing(tracks, pend, excused=()) -> Diagnosis | None:
     """The call that the most ranks wait in while others of its group never arrive (the earliest on a tie): when
     ranks 0 and 2 wait for rank 1 in an all_reduce and rank 1 waits for rank 0 in a sub-group's barrier, rank 1 is
-    named, whichever of those calls was entered first."""
+    named, whichever of those calls was entered first. `excused`: ranks kept from the call by another rank's leaving
+    (`connect.victims`): neither waiting nor to blame."""
     found = []
     for r, p in sorted(pend.items(), key=lambda kv: kv[1]["t"]):
         members = _members(p, tracks)
-        if not members:
+        if not members or r in excused:
             continue
         op = op_of(p)
         same = [m for m in members if m in pend and op_of(pend[m]) == op and pend[m].get("seq") == p.get("seq")
                 and pend[m].get("gname") == p.get("gname")]
-        absent = [m for m in members if m not in same]
+        absent = [m for m in members if m not in same and m not in excused]
         if absent:
             found.append((p, op, members, same, absent))
     if found:
@@ -150,13 +151,13 @@ def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
     pend = {r: blocked_call(t) for r, t in tracks.items() if blocked_call(t) is not None}
     for finder in (lambda: hosts.loopback_rendezvous(tracks), lambda: hosts.duplicate_rank(tracks),
                    lambda: left_while_connecting(tracks),
-                   lambda: init_mismatch(tracks), lambda: group_mismatch(tracks, strict=True),
+                   lambda: init_mismatch(tracks), lambda: group_mismatch(tracks, strict=True, excused=victims(tracks)),
                    lambda: framework.uneven_steps(tracks, pend), lambda: framework.left_the_loop(tracks, pend),
                    lambda: framework.bucket_without_partner(tracks, pend),
                    lambda: fsdp_words(bucket_mismatch(tracks, pend), tracks),
                    lambda: fsdp_uneven(tracks, pend), lambda: cycles.wait_cycle(tracks, pend),
                    lambda: p2p(tracks, pend),
-                   lambda: missing(tracks, pend)):
+                   lambda: missing(tracks, pend, excused=victims(tracks))):
         d = finder()
         if d is not None:
             return d

@@ -48,10 +48,12 @@ def init_mismatch(tracks) -> Diagnosis | None:
                      details={"endpoints": {f"{ep} ws={ws}": rs for (ep, ws), rs in seen.items()}, "launcher": launcher})
 
 
-def group_mismatch(tracks, strict: bool) -> Diagnosis | None:
+def group_mismatch(tracks, strict: bool, excused=()) -> Diagnosis | None:
+    """Ranks that created different groups, or in another order. `excused`: ranks whose new_group failed as peers
+    that had made it left (`connect.victims`): they did not make another group, they were cut off making this one."""
     hist = {r: [tuple(g["ranks"]) if isinstance(g.get("ranks"), list) else ("all",) for g in t.new_groups
                 if not g.get("local_sync")]  # groups made with use_local_synchronization involve only members
-            for r, t in tracks.items() if t.hello is not None or t.events}
+            for r, t in tracks.items() if (t.hello is not None or t.events) and r not in excused}
     if not hist:
         return None
     longest = max(len(h) for h in hist.values())
