@@ -39,7 +39,8 @@ def _got_through(q: RankTrack, p: dict) -> bool:
         return False
     if p["op"] == "new_group":
         return at_new_group(q, p) and (q.pending is None or q.pending["op"] != "new_group")
-    return bool(q.inits) and (q.pending is None or q.pending["op"] != "init_process_group")
+    same = [i for i in q.inits if (i.get("endpoint"), i.get("world_size")) == (p.get("endpoint"), p.get("world_size"))]
+    return bool(same) and (q.pending is None or q.pending["op"] != "init_process_group")  # the same rendezvous
 
 
 def victims(tracks: dict[int, RankTrack], outcomes: dict[int, str] | None = None) -> dict[int, list[int]]:
