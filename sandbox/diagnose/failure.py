@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from sandbox import words
 from sandbox.diagnose import framework, hosts
-from sandbox.diagnose.connect import left_while_connecting, victims
+from sandbox.diagnose.connect import cut_off_in_init, left_while_connecting, victims
 from sandbox.diagnose.hang import busy_at_timeout, missing
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -31,14 +31,15 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
             return Diagnosis(kind=Kind.COLLECTIVE_MISMATCH, cause=f"PyTorch's own check found a collective mismatch on rank"
                              f" {t.rank}: {e['message'][:400]}", culprit_ranks=[t.rank], site=e.get("site"),
                              details={"torch_says": e["message"][:600]})
-    # before the group rule: a rank that failed in new_group as its peers left never made that group either
-    d = left_while_connecting(tracks, outcomes)
-    if d is not None:
-        return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks + d.details["connecting"]))
-    d = (group_mismatch(tracks, strict=True, excused=victims(tracks, outcomes))
+    # the group rule first (ranks that made other groups may also leave others connecting), with the ranks cut off
+    # in init_process_group left out of it (they made no group), then the ranks that left while others connected
+    d = (group_mismatch(tracks, strict=True, excused=cut_off_in_init(tracks, outcomes))
          if any(t.new_groups for t in tracks.values()) else None)
     if d is not None:
         return d
+    d = left_while_connecting(tracks, outcomes)
+    if d is not None:
+        return _noted(d, _peer_words(tracks, outcomes, d.culprit_ranks + d.details["connecting"]))
     # on several hosts, start-up errors whose cause is where the ranks are: a loopback address gloo advertised, a
     # rank claimed twice (the store then times out on every rank: the same error everywhere says nothing)
     d = hosts.loopback_address(tracks) or hosts.duplicate_rank(tracks)

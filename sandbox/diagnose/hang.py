@@ -11,7 +11,7 @@ import re
 from sandbox import _paths, branches, words
 from sandbox.calls import is_collective, op_of, p2p_direction
 from sandbox.diagnose import cycles, framework, hosts, origins, positions
-from sandbox.diagnose.connect import left_while_connecting, victims
+from sandbox.diagnose.connect import cut_off_in_init, left_while_connecting, victims
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -46,7 +46,7 @@ def p2p(tracks, pend) -> Diagnosis | None:
         return Diagnosis(kind=Kind.P2P_CYCLE, cause=f"Point-to-point cycle: {steps}. {why[0].upper() + why[1:]}.{P2P_ADVICE}",
                          culprit_ranks=sorted(cycle), op=op_of(waits[cycle[0]]), site=waits[cycle[0]].get("site"),
                          details={"cycle": cycle})
-    m = missing(tracks, pend)
+    m = missing(tracks, pend, excused=victims(tracks))
     if m is not None and len(m.details.get("waiting", [])) > 1:
         return m  # several ranks wait in a collective for one held in a point-to-point call: that one is missing
     for start in sorted(waits):
@@ -150,8 +150,9 @@ def blocked_call(t: RankTrack) -> dict | None:
 def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
     pend = {r: blocked_call(t) for r, t in tracks.items() if blocked_call(t) is not None}
     for finder in (lambda: hosts.loopback_rendezvous(tracks), lambda: hosts.duplicate_rank(tracks),
+                   lambda: init_mismatch(tracks),
+                   lambda: group_mismatch(tracks, strict=True, excused=cut_off_in_init(tracks)),
                    lambda: left_while_connecting(tracks),
-                   lambda: init_mismatch(tracks), lambda: group_mismatch(tracks, strict=True, excused=victims(tracks)),
                    lambda: framework.uneven_steps(tracks, pend), lambda: framework.left_the_loop(tracks, pend),
                    lambda: framework.bucket_without_partner(tracks, pend),
                    lambda: fsdp_words(bucket_mismatch(tracks, pend), tracks),

@@ -49,8 +49,8 @@ def init_mismatch(tracks) -> Diagnosis | None:
 
 
 def group_mismatch(tracks, strict: bool, excused=()) -> Diagnosis | None:
-    """Ranks that created different groups, or in another order. `excused`: ranks whose new_group failed as peers
-    that had made it left (`connect.victims`): they did not make another group, they were cut off making this one."""
+    """Ranks that created different groups, or in another order. `excused`: ranks cut off in init_process_group as
+    peers that had got through it left (`connect.cut_off_in_init`): they made no group, not other ones."""
     hist = {r: [tuple(g["ranks"]) if isinstance(g.get("ranks"), list) else ("all",) for g in t.new_groups
                 if not g.get("local_sync")]  # groups made with use_local_synchronization involve only members
             for r, t in tracks.items() if (t.hello is not None or t.events) and r not in excused}

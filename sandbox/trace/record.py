@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from sandbox import _paths, calls, events
+from sandbox import _paths, calls, events, words
 from sandbox.trace import describe, inflight, sink
 
 # the static part of an enter event, as a JSON fragment, keyed by what it depends on: op, call site, and the
@@ -24,7 +24,7 @@ _seq: dict[str, int] = {}
 outstanding: dict[int, tuple] = {}  # id(Work) -> (Work, the fields of its call): asynchronous calls not waited on
 _MAX_OUTSTANDING = 10000
 before_call = None  # an explored schedule's sleep before each traced call (`sandbox.trace.perturb`); None: none
-on_error = None  # called once, after the first traced call that raised (a torchrun worker leaves its stack then)
+on_error = None  # called once, after the first traced call that raised as a peer went away (a torchrun worker's stack)
 
 
 def _key(v):
@@ -260,6 +260,8 @@ def exit_error(call_id: int, op: str, e: BaseException) -> None:
         sink.emit({"ev": "exit", "rank": sink.rank, "id": call_id, "op": op, "error": f"{type(e).__name__}: {e}"[:2000]})
     except Exception:  # noqa: BLE001  the trace file cannot be written: the user's own error matters more than ours
         pass
+    if on_error is None or not words.peer_lost(str(e)):
+        return  # only where a peer went away mid-call: a failure the program catches and gets past leaves no stack
     hook, on_error = on_error, None
     if hook is not None:
         try:
