@@ -7,8 +7,9 @@ not once every rank's are: torch adds no barrier after it unless TORCH_DIST_INIT
 local work, or the group's broadcast root sends and leaves, or a rank outside a sub-group has nothing more to do)
 lets the fast ranks destroy their groups and exit while a slower rank is still reading from their side of a pair:
 that rank's call fails ("Connection closed by peer") or waits for a peer that is gone. It happens under plain
-torchrun too, on a loaded machine. Named here before any rule that would read the slower rank's unfinished call as
-a group or rendezvous that the others never made.
+torchrun too, on a loaded machine. Named after the init and group mismatch rules (ranks that made other groups may
+leave others connecting too); the ranks cut off in init are left out of the group rule (`cut_off_in_init`), and the
+ones cut off anywhere are excused from the missing-ranks rule (`victims`), where a rank skipped a later call.
 """
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def cut_off_in_init(tracks: dict[int, RankTrack], outcomes: dict[int, str] | Non
     return {r for r in victims(tracks, outcomes) if _connecting_call(tracks[r])["op"] == "init_process_group"}
 
 
-def _where(t: RankTrack, leavers: list[int], tracks: dict[int, RankTrack]) -> bool:
+def _a_consequence(t: RankTrack, leavers: list[int], tracks: dict[int, RankTrack]) -> bool:
     """Is every leaver through the call rank t is in or failed in (a consequence of their leaving), rather than
     absent from it (a rank that skipped a collective is the missing-ranks rule's)?"""
     c = t.pending or t.failed_call
@@ -110,7 +111,7 @@ def left_while_connecting(tracks: dict[int, RankTrack], outcomes: dict[int, str]
         return None
     left = sorted({m for ms in slow.values() for m in ms})
     others = [t for r, t in tracks.items() if r not in slow and r not in left]
-    if any(not t.finished or not _where(t, left, tracks) for t in others):
+    if any(not t.finished or not _a_consequence(t, left, tracks) for t in others):
         return None
     who = sorted(slow)
     calls = {_connecting_call(tracks[r])["op"] for r in who}
