@@ -395,8 +395,9 @@ SLOW_TESTS = {  # single tests elsewhere that start a kernel, a signal's subject
 # worker its test lands on: the two workers execute them side by side), then what reads the site built from them.
 # The catalogue's broken variants come before the site: its build draws each bug page from the run test_catalogue
 # made (`catalogue_run`), and runs itself only those not made yet (run after it, they cost the build ~55 s). All of
-# these land in the first worker's first chunk (xdist sends each worker a quarter of its share at the start), the
-# browser's tests among them: on two workers each would load every page. (Patterns on "module::test[params]".)
+# these land in the first worker's share (work stealing, below, splits the tests in order at the start, and a worker
+# that runs out takes from the end of the other's), the browser's tests among them: on two workers each would load
+# every page. (Patterns on "module::test[params]".)
 FIRST = (r"test_labs::test_lab_runs_and_shows_what_it_teaches\[.*",
          r"test_catalogue::test_variant_behaves_as_documented\[.*-broken\]", r"test_docs::.*", r"test_browser::.*")
 
@@ -404,6 +405,16 @@ FIRST = (r"test_labs::test_lab_runs_and_shows_what_it_teaches\[.*",
 def _rank(item) -> int:
     key = f"{item.module.__name__.rsplit('.', 1)[-1]}::{item.name}" if item.module else ""
     return next((i for i, p in enumerate(FIRST) if re.fullmatch(p, key)), len(FIRST))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """`-n N` without `--dist`: work stealing, not xdist's default `load`. `load` hands each worker a share of the
+    tests up front and tops it up; on 2 workers the one holding the torchrun and node tests ran on alone for 75 s of
+    an 809 s run (timed per test). With `worksteal` a worker that runs out takes half of what the other has left.
+    (This runs before xdist's own hook, which would set `load`.)"""
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", None) == "no":
+        config.option.dist = "worksteal"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -75,8 +75,8 @@ def _execute(path):
 
     Meanwhile the next AHEAD labs that nobody has started are executed beside it, and waited for before this test
     ends (the `clean` check sees nothing of them): a lab leaves its cores idle for much of its run (ranks waiting in
-    a hang, a timeout, a restart), and xdist hands the lab tests to one worker in one chunk, so without this one
-    kernel at a time would run beside the other worker's tests. A later lab test finds its copy."""
+    a hang, a timeout, a restart), and the lab tests all land on one worker (they come first, in its share of the
+    tests), so without this one kernel at a time would run beside the other worker's tests. A later lab test finds its copy."""
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=AHEAD, thread_name_prefix="lab-ahead") as pool:
