@@ -353,8 +353,11 @@ def test_a_real_scoreboard_run(clean):
 
 @pytest.mark.slow
 def test_ctrl_c_ends_every_run(clean):
+    # SIGINT at its default, as in a terminal: a test run started in the background of a shell without job control
+    # inherits it ignored, Python then installs no Ctrl-C handler, and the scoreboard ran to its end (exit 0)
     p = subprocess.Popen([sys.executable, SCRIPT, "--cases", "p2p_cycle_kv_swap", "--tools", "torchrun,sandbox",
-                          "--limit", "120"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "--limit", "120"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         import psutil
 
