@@ -109,12 +109,13 @@ class _Warm:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def fork_run(self, spec_path: str, environ: dict, log_path: str, interrupted) -> Handle:
+    def fork_run(self, spec_path: str, environ: dict, log_path: str, interrupted, preload: bool = False) -> Handle:
         """Ask for one run; returns once the warm zygote forked it (the first time, once it has imported torch).
         `interrupted()` is polled meanwhile: if it turns true the warm zygote is ended (and KeyboardInterrupt
-        raised), since whatever it was about to fork must not start."""
+        raised), since whatever it was about to fork must not start. `preload`: the run's code needs the preload
+        (`sandbox.preload.needed`); from then on the warm zygote imports it when idle, for the runs after."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        req = {"spec": spec_path, "cwd": os.getcwd(), "environ": environ, "log": log_path}
+        req = {"spec": spec_path, "cwd": os.getcwd(), "environ": environ, "log": log_path, "preload": preload}
         try:
             socket.send_fds(self.sock, [json.dumps(req).encode()], [theirs.fileno()])
         finally:
@@ -173,8 +174,9 @@ _lock = threading.Lock()
 _warm: _Warm | None = None
 
 
-def fork_run(env: dict, spec_path: str, log_path: str, interrupted) -> Handle:
-    """A run forked by this process's warm zygote (started now if there is none, or if it died)."""
+def fork_run(env: dict, spec_path: str, log_path: str, interrupted, preload: bool = False) -> Handle:
+    """A run forked by this process's warm zygote (started now if there is none, or if it died); `preload`: its
+    code needs the preload (see `_Warm.fork_run`)."""
     global _warm
     with _lock:
         if _warm is not None and not _warm.alive():
@@ -183,7 +185,7 @@ def fork_run(env: dict, spec_path: str, log_path: str, interrupted) -> Handle:
         if _warm is None:
             _warm = _Warm(env)
         try:
-            return _warm.fork_run(spec_path, env, log_path, interrupted)
+            return _warm.fork_run(spec_path, env, log_path, interrupted, preload)
         except BaseException:
             _warm.close()  # interrupted while it was starting, or broken: nothing of it may stay
             _warm = None

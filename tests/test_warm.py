@@ -76,20 +76,26 @@ def _has_preload():
     return "".join(["torch.", "_dyn", "amo"]) in sys.modules  # in pieces: written out, it would ask for the preload
 
 
-def test_a_warm_zygote_preloads_when_idle(clean, monkeypatch):
-    """Later runs fork with `preload.PRELOAD` in place, whatever they run: the warm zygote imported it while idle
-    (after forking the first run, which it was asked for as it started). The function goes by value and names the
-    module in pieces, so nothing in it asks for the preload itself: the first run shows it."""
+def test_a_warm_zygote_preloads_when_idle_once_a_run_needed_it(clean, monkeypatch):
+    """`preload.PRELOAD` is imported by a warm zygote only once one of its runs needed it (its code names an
+    optimizer, DDP, ...: `preload.needed`); from then on later runs fork with it in place, whatever they run: the
+    warm zygote imported it while idle. The plain function goes by value and names the module in pieces, so nothing
+    in it asks for the preload: before the run that needs it, none of its runs has it; after, all do."""
     from sandbox import preload
 
     assert preload.PRELOAD == ("torch._dynamo",)
     monkeypatch.setenv(preload.PRELOAD_ENV, "1")  # the warm zygote, started below, inherits it
-    warm.shutdown()  # one started earlier without it would not preload
+    warm.shutdown()  # one started earlier may have preloaded already
     fn = lambda: _has_preload()  # noqa: E731  a lambda travels by value
+    needs = lambda: (__import__("torch").optim is not None) and _has_preload()  # noqa: E731  names `optim`
     try:
         first = launch(fn, world_size=2, warm=True)
+        second = launch(fn, world_size=2, warm=True)  # the warm zygote was idle between: no run had needed it
+        needing = launch(needs, world_size=2, warm=True)  # its own zygote imports it before the fork
         later = launch(fn, world_size=2, warm=True)
         assert first.values == [False, False], first.diagnosis.summary
+        assert second.values == [False, False], second.diagnosis.summary
+        assert needing.values == [True, True], needing.diagnosis.summary
         assert later.values == [True, True], later.diagnosis.summary
     finally:
         warm.shutdown()

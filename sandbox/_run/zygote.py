@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 
-from sandbox import defaults, events, rundir
+from sandbox import defaults, events, preload, rundir
 from sandbox import warm as zygotes
 from sandbox._run.options import UsageError
 from sandbox._run.procs import Procs
@@ -72,7 +72,9 @@ class ZygoteProcs(Procs):
             pickle.dump(self.spec, f)
         log_path = os.path.join(life.dir, rundir.ZYGOTE_LOG)
         if self.warm:
-            self.proc = zygotes.fork_run(env, spec_path, log_path, interrupted=lambda: bool(life.held))
+            # whether its code needs the preload: the warm zygote imports it for later runs once one has
+            self.proc = zygotes.fork_run(env, spec_path, log_path, interrupted=lambda: bool(life.held),
+                                         preload=preload.needed(self.spec["target"], self.spec.get("preload") or ()))
             log.info("run forked by the warm zygote (pid %d) for %d ranks, run directory %s", self.proc.pid, life.n,
                      life.dir)
         else:

@@ -30,13 +30,15 @@ def serve(control: socket.socket) -> None:
     """Fork one run-zygote per request, from this process's warm state (torch imported, tracer installed).
 
     A request is one JSON line {"spec": path, "cwd": dir, "environ": {...}, "log": path} with one file descriptor
-    attached (SCM_RIGHTS): the run's own pipe to the launcher. The reply is {"pid": P}: P leads the run's process
-    group. Closing the control socket ends the warm zygote and every run it started."""
+    attached (SCM_RIGHTS): the run's own pipe to the launcher, and "preload": true when the run's code needs the
+    preload. The reply is {"pid": P}: P leads the run's process group. Closing the control socket ends the warm
+    zygote and every run it started."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # runs are reaped by the kernel: no zombies to collect
+    needed = False  # has a run needed the preload? Until one has, none is imported: a notebook may never need it
     while True:
-        if preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
-            # idle (the first run, asked for at start, is already forked): later runs fork with it in place; as for
-            # torch, a thread started inside must leave SIGTERM to the main thread
+        if needed and preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
+            # idle, after a run that needed it (forked already, it imported it itself): later runs fork with it in
+            # place; as for torch, a thread started inside must leave SIGTERM to the main thread
             with signals_to_main_thread():
                 preload.run()
         try:
@@ -46,6 +48,7 @@ def serve(control: socket.socket) -> None:
         if not msg:
             end_warm()
         req = json.loads(msg)
+        needed = needed or bool(req.get("preload"))
         seeds = min(int(req["environ"].get(defaults.HASH_SEEDS_ENV, "1")), 1 + len(WARM_SIBLINGS))
         pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(seeds - 1)]
         pid = os.fork()

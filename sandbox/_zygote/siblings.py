@@ -66,9 +66,9 @@ def serve_siblings(control: socket.socket) -> None:
     run's sibling into the run's process group (pid z1, which the launcher ends with the run)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     me = os.getpid()
-    served = False  # as its warm zygote: the preload waits until the first run is forked, which must not wait for it
+    needed = False  # as its warm zygote: no preload until a run has needed it (that run's own zygote imports it)
     while True:
-        if served and preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
+        if needed and preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
             with signals_to_main_thread():
                 preload.run()
         try:
@@ -77,7 +77,8 @@ def serve_siblings(control: socket.socket) -> None:
             continue
         if not msg:
             os._exit(0)
-        req, served = json.loads(msg), True
+        req = json.loads(msg)
+        needed = needed or bool(req.get("preload"))
         if os.fork() == 0:
             try:
                 os.setpgid(0, req["z1"])
