@@ -156,6 +156,13 @@ class RankTrack:
         return self.open[max(self.open)]
 
     @property
+    def unwaited_collective(self) -> dict | None:
+        """The earliest collective this rank started with async_op=True and had not waited on yet (gloo runs it in
+        a thread of its own meanwhile), or None."""
+        calls = [c for c in self.posted.values() if is_collective(c)]
+        return min(calls, key=lambda c: c["id"]) if calls else None
+
+    @property
     def error(self) -> dict | None:
         """The error the rank's own code raised (from its `end` event), or None."""
         if self.end is not None and self.end.get("outcome") == "error":

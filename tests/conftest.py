@@ -372,7 +372,7 @@ SLOW_MODULES = {"test_docs", "test_browser", "test_labs", "test_hygiene", "test_
                 "test_course_dp_sharding", "test_course_capstone", "test_diagrams", "test_build_it_attempts",
                 "test_lab_fixes_parallel", "test_course_apis",
                 # sets of programs written blind, each run several ways (the others mark themselves slow)
-                "test_schedule_cases", "test_program_end", "test_hash_order_cases",
+                "test_schedule_cases", "test_program_end", "test_hash_order_cases", "test_async_inflight_cases",
                 # correct programs that run long on purpose (a false hang needs time to show)
                 "test_correct_long",
                 # simulated nodes (network namespaces; torchrun on them), and the cold start measured on purpose

@@ -20,8 +20,12 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
     """A rank crashed or raised: name the first real cause, and what its peers saw."""
     crashed = [t for r, t in tracks.items() if outcomes.get(r) == "crashed"]
     errored = [t for r, t in tracks.items() if outcomes.get(r) == "error"]
-    # where each rank was: the call it is inside, or the distributed call that raised
-    pend = {r: t.pending or t.failed_call for r, t in tracks.items() if (t.pending or t.failed_call) is not None}
+    # where each rank was: the call it is inside, or the distributed call that raised; a rank killed by a signal
+    # outside any call was inside the asynchronous collective it had started and not yet waited on, if any (gloo's
+    # thread ran it: a mismatch met there can abort the process before the rank reaches its wait)
+    pend = {r: c for r, t in tracks.items()
+            if (c := t.pending or t.failed_call or (t.unwaited_collective if outcomes.get(r) == "crashed" else None))
+            is not None}
     for t in errored:  # TORCH_DISTRIBUTED_DEBUG=DETAIL names the mismatch itself
         e = t.error
         if e and "mismatch between collectives" in e.get("message", ""):
@@ -62,8 +66,13 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
 
     if crashed:
         t = first(crashed)
-        p = t.pending
-        at = f" inside {words.call(p)} at {p.get('site')}" if p else (" after its last traced call" if t.events else "")
+        p = t.pending or t.unwaited_collective
+        if t.pending is not None:
+            at = f" inside {words.call(p)} at {p.get('site')}"
+        elif p is not None:  # gloo's thread was running it: the process died in it, wherever its Python was
+            at = f" with its {words.call(p)} (started at {p.get('site')} with async_op=True) not yet waited on"
+        else:
+            at = " after its last traced call" if t.events else ""
         return Diagnosis(kind=Kind.RANK_CRASHED,
                          cause=f"Rank {t.rank} died ({words.exit_words(t.exit_code)}){at}."
                          + _peer_words(tracks, outcomes, [t.rank]),
