@@ -69,7 +69,7 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
         p = t.pending or t.unwaited_collective
         if t.pending is not None:
             at = f" inside {words.call(p)} at {p.get('site')}"
-        elif p is not None:  # gloo's thread was running it: the process died in it, wherever its Python was
+        elif p is not None:  # gloo's thread ran it until a wait; the process died with it unfinished as far as it knew
             at = f" with its {words.call(p)} (started at {p.get('site')} with async_op=True) not yet waited on"
         else:
             at = " after its last traced call" if t.events else ""
