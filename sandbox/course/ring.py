@@ -138,12 +138,18 @@ def rank_input(rank: int, numel: int = NUMEL):
 def run_on_rank(all_reduce, numel: int = NUMEL) -> list[float]:
     """One rank of the check: fill this rank's tensor, call `all_reduce(tensor)` (it sums in place, like
     `dist.all_reduce`; a returned tensor is taken instead), return the result as a list. Starts and ends the
-    process group itself when the run did not start one."""
+    process group itself when the run did not start one (and waits until every rank's is made before the body
+    runs, as the sandbox's own group does)."""
     import torch.distributed as dist
 
     own = not dist.is_initialized()
     if own:
+        from sandbox.rank import all_joined
+
         dist.init_process_group("gloo")
+        # every rank's group made before any runs the body: an empty body raises at once, and a rank that left then
+        # would break a peer still connecting (gloo lets each out of init once its own pairs are up)
+        all_joined(dist.get_rank(), dist.get_world_size())
     t = rank_input(dist.get_rank(), numel)
     out = all_reduce(t)
     values = (t if out is None else out).tolist()
