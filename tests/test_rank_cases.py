@@ -80,13 +80,7 @@ def test_the_mistake_is_named_where_it_was_made(runs, name, n, kind, culprits, w
         pytest.skip("new_group has no sort_ranks in this torch")
     res = runs[name]
     found = [w for w in res.warnings if w.kind == kind]
-    if not found and res.diagnosis.kind == "left_early":
-        # the race these programs leave open (no call every rank makes after the last one that needs a slow rank):
-        # on a loaded machine a rank still connecting in new_group or init_process_group lost peers that had
-        # finished, as under plain torchrun; the run ended before the mistake could show. Named as such, or failed
-        outcome = {r.rank: r.outcome for r in res.ranks}
-        assert res.diagnosis.culprit_ranks and all(outcome[r] == "ok" for r in res.diagnosis.culprit_ranks), \
-            (res.diagnosis.summary, outcome)
+    if not found and raced(res):
         return
     if found:  # a run that finished (or failed) with the warning: its ranks hold the culprits
         said, ranks = found[0].summary, found[0].ranks
@@ -113,4 +107,20 @@ def test_a_failed_run_that_an_order_explains_keeps_its_odd_rank(runs):
 @pytest.mark.parametrize("name, n", TWINS, ids=[c[0] for c in TWINS])
 def test_the_twins_pass_with_no_warning(runs, name, n):
     res = runs[name]
+    if raced(res):  # the twins leave the same race open (ok1: rank 0, outside the group, leaves at once)
+        assert res.warnings == [], [w.summary for w in res.warnings]
+        return
     assert res.ok and res.warnings == [], (res.diagnosis.summary, res.warnings)
+
+
+def raced(res) -> bool:
+    """Did the run end in the race these programs leave open (no call every rank makes after the last one that
+    needs a slow rank): a rank still connecting in init_process_group or new_group lost peers that had finished, as
+    under plain torchrun on a loaded machine, before the program could show anything else? Then it is named as
+    such, the ranks named as leaving having finished."""
+    if res.diagnosis.kind != "left_early":
+        return False
+    outcome = {r.rank: r.outcome for r in res.ranks}
+    assert res.diagnosis.culprit_ranks and all(outcome[r] == "ok" for r in res.diagnosis.culprit_ranks), \
+        (res.diagnosis.summary, outcome)
+    return True

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from sandbox import words
 from sandbox.calls import is_collective
-from sandbox.diagnose.progress import at_new_group
+from sandbox.diagnose.progress import at_new_group, pairs
 from sandbox.events import RankTrack
 from sandbox.result import Diagnosis, Kind
 
@@ -101,17 +101,43 @@ def _a_consequence(t: RankTrack, leavers: list[int], tracks: dict[int, RankTrack
     return all(tracks[m].passed.get(slot) for m in leavers if m in members and m in tracks)
 
 
+def _waits_for_them(t: RankTrack, slow: dict[int, list[int]], tracks: dict[int, RankTrack]) -> bool:
+    """Does rank t, alive and through its own connecting, wait (or did it wait, until its launcher ended it) in a
+    later call of a group that only ranks cut off are missing from: a new_group or collective that every other
+    member is in or through? It waits for them as a consequence (a driver outside the workers' group left while a
+    worker was still connecting in init, and the other workers wait in the group's new_group for that worker)."""
+    c = t.pending
+    if c is None or t.finished:
+        return False
+    if c["op"] == "new_group":
+        members = list(c["ranks"]) if isinstance(c.get("ranks"), list) else list(tracks)
+
+        def there(q: RankTrack) -> bool:
+            return at_new_group(q, c)
+    elif is_collective(c) and c.get("seq") is not None:
+        members, slot = c.get("group") or list(tracks), (c.get("gname"), c["seq"])
+
+        def there(q: RankTrack) -> bool:
+            return bool(q.passed.get(slot)) or pairs(c, q.pending)
+    else:
+        return False
+    absent = [m for m in members if m != t.rank and m in tracks and not there(tracks[m])]
+    return bool(absent) and all(m in slow for m in absent)
+
+
 def left_while_connecting(tracks: dict[int, RankTrack], outcomes: dict[int, str] | None = None) -> Diagnosis | None:
     """Ranks that left while others were still connecting to them (`victims`), when every other rank has finished
-    too, and any that failed did so in a call the leavers had made (a consequence of their leaving): a rank waiting
-    in, or failed in, a later call that the leavers never made is the missing-ranks rule's (they left without it),
-    with the ranks left connecting excused there."""
+    too, and any that failed did so in a call the leavers had made (a consequence of their leaving), or waits in a
+    later call for none but the ranks cut off (`_waits_for_them`): a rank waiting in, or failed in, a later call
+    that the leavers never made is the missing-ranks rule's (they left without it), with the ranks left connecting
+    excused there."""
     slow = victims(tracks, outcomes)
     if not slow:
         return None
     left = sorted({m for ms in slow.values() for m in ms})
     others = [t for r, t in tracks.items() if r not in slow and r not in left]
-    if any(not t.finished or not _a_consequence(t, left, tracks) for t in others):
+    if any(not (t.finished and _a_consequence(t, left, tracks)) and not _waits_for_them(t, slow, tracks)
+           for t in others):
         return None
     who = sorted(slow)
     calls = {_connecting_call(tracks[r])["op"] for r in who}
