@@ -11,10 +11,13 @@ import atexit
 import json
 import logging
 import os
+import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -23,6 +26,7 @@ from sandbox import defaults
 log = logging.getLogger("sandbox.warm")
 
 START_WAIT_S = 120.0  # the first warm run waits for the warm zygote to import torch (seconds, bounded)
+SHARE_ENV = "SANDBOX_WARM_SOCKET"  # another process's shared warm zygote (`share`), asked instead of starting ours
 
 
 class Handle:
@@ -103,7 +107,7 @@ class _Warm:
             [sys.executable, "-m", "sandbox._zygote", "--warm"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True, env=env, pass_fds=(theirs.fileno(),)))
         theirs.close()
-        self.sock, self.buf = ours, b""
+        self.sock, self.buf, self.shared = ours, b"", None
         log.info("warm zygote started (pid %d)", self.proc.pid)
 
     def alive(self) -> bool:
@@ -115,7 +119,8 @@ class _Warm:
         raised), since whatever it was about to fork must not start. `preload`: the run's code needs the preload
         (`sandbox.preload.needed`); from then on the warm zygote imports it when idle, for the runs after."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        req = {"spec": spec_path, "cwd": os.getcwd(), "environ": environ, "log": log_path, "preload": preload}
+        req = {"spec": spec_path, "cwd": os.getcwd(), "environ": environ, "log": log_path, "preload": preload,
+               "launcher": os.getpid()}
         try:
             socket.send_fds(self.sock, [json.dumps(req).encode()], [theirs.fileno()])
         finally:
@@ -140,8 +145,7 @@ class _Warm:
                 self.buf += chunk
         finally:
             self.sock.settimeout(None)
-        line, self.buf = self.buf.split(b"\n", 1)
-        pid = json.loads(line)["pid"]
+        pid = self._answer()
 
         def poll():
             try:
@@ -151,6 +155,33 @@ class _Warm:
             return None
 
         return Handle(pid, ours.fileno(), ours.close, poll)
+
+    def _answer(self) -> int:
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)["pid"]
+
+    def share(self) -> str:
+        """A socket path on which other processes' launchers (SHARE_ENV) ask this warm zygote for their runs."""
+        if self.shared is None:
+            folder = tempfile.mkdtemp(prefix="sandbox-warm-")
+            path = os.path.join(folder, "zygote")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            listener.bind(path)
+            listener.listen(64)
+            try:
+                socket.send_fds(self.sock, [json.dumps({"share": True}).encode()], [listener.fileno()])
+                self.sock.settimeout(START_WAIT_S)
+                while b"\n" not in self.buf:
+                    chunk = self.sock.recv(4096)
+                    if not chunk:
+                        raise RuntimeError("the warm zygote closed its socket")
+                    self.buf += chunk
+                self._answer()
+            finally:
+                self.sock.settimeout(None)
+                listener.close()
+            self.shared = path
+        return self.shared
 
     def close(self) -> None:
         """End the warm zygote and every run it started (closing its socket tells it; SIGKILL makes sure)."""
@@ -167,7 +198,30 @@ class _Warm:
             self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:  # SIGKILL cannot be refused; nothing more to do
             pass
+        if self.shared:
+            shutil.rmtree(os.path.dirname(self.shared), ignore_errors=True)
         log.info("warm zygote %d ended", self.proc.pid)
+
+
+class _Shared(_Warm):
+    """Another process's warm zygote (`share`), asked over the socket at `path`: its runs end with this process
+    (they watch their launcher), and closing the connection leaves that zygote to its owner."""
+
+    def __init__(self, path: str):
+        self.sock, self.buf, self.shared = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET), b"", None
+        self.sock.connect(path)
+        self.proc = None
+        log.info("runs fork from the warm zygote at %s", path)
+
+    def alive(self) -> bool:
+        try:
+            readable = select.select([self.sock], [], [], 0)[0]
+            return not readable or self.sock.recv(4096, socket.MSG_PEEK) != b""
+        except OSError:  # closed on our side, or broken
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 _lock = threading.Lock()
@@ -183,7 +237,7 @@ def fork_run(env: dict, spec_path: str, log_path: str, interrupted, preload: boo
             _warm.close()
             _warm = None
         if _warm is None:
-            _warm = _Warm(env)
+            _warm = _connected() or _Warm(env)
         try:
             return _warm.fork_run(spec_path, env, log_path, interrupted, preload)
         except BaseException:
@@ -192,9 +246,37 @@ def fork_run(env: dict, spec_path: str, log_path: str, interrupted, preload: boo
             raise
 
 
+def _connected() -> _Shared | None:
+    """Another process's warm zygote, where SHARE_ENV names one that still answers; else None (start our own)."""
+    path = os.environ.get(SHARE_ENV)
+    if not path:
+        return None
+    try:
+        return _Shared(path)
+    except OSError as e:  # its owner has ended it: ours is started instead
+        log.info("the warm zygote at %s is gone (%s)", path, e)
+        return None
+
+
+def share(env: dict) -> str:
+    """This process's warm zygote shared (started now with `env`, as by a run's launcher, if there is none): the
+    socket path to give other processes in SHARE_ENV (the test suite's kernels: their runs then cost a fork, not a
+    start of their own zygote). Ours only: one we share ourselves is not passed on."""
+    global _warm
+    with _lock:
+        if _warm is not None and not _warm.alive():
+            _warm.close()
+            _warm = None
+        if _warm is None:
+            _warm = _Warm(env)
+        if _warm.proc is None:
+            raise RuntimeError("this process asks another's warm zygote for its runs: it has none to share")
+        return _warm.share()
+
+
 def running() -> int | None:
-    """The warm zygote's pid, or None."""
-    return _warm.proc.pid if _warm is not None and _warm.alive() else None
+    """The warm zygote's pid (ours, not another process's we share), or None."""
+    return _warm.proc.pid if _warm is not None and _warm.proc is not None and _warm.alive() else None
 
 
 def shutdown() -> None:

@@ -263,11 +263,22 @@ def executed_lab(path: str) -> dict:
         with open(os.path.join(base, "kernel.lock"), "w") as klock:
             fcntl.flock(klock, fcntl.LOCK_EX)
             jupyter = labs_run.kernelspec(base)  # written under its own lock: two workers must not interleave it
-        # its kernel's catalogue runs on the documented ranks are the session's (test_catalogue's, the build's)
-        r = labs_run.execute(path, os.path.join(base, name), jupyter, {SHARED_RUNS_ENV: _shared("catalogue-runs")})
+        # its kernel's catalogue runs on the documented ranks are the session's (test_catalogue's, the build's), and
+        # its other runs fork from this worker's warm zygote (sandbox.warm.share), not from one of the kernel's own
+        r = labs_run.execute(path, os.path.join(base, name), jupyter, {SHARED_RUNS_ENV: _shared("catalogue-runs"),
+                                                                       warm.SHARE_ENV: shared_zygote()})
         with open(done, "w") as f:
             json.dump(r, f)
         return dict(r, cached=False)
+
+
+def shared_zygote() -> str:
+    """This worker's warm zygote, shared with the labs' kernels (a kernel would start one of its own: a second
+    import of torch per lab): the socket path for their SANDBOX_WARM_SOCKET. Started, if need be, as a run would
+    start it."""
+    from sandbox._run.start import ranks_env
+
+    return warm.share(ranks_env({}, gpu=False, run_dir="", owns_dir=False))
 
 
 def catalogue_run(slug: str, variant: str):

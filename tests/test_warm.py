@@ -99,3 +99,62 @@ def test_a_warm_zygote_preloads_when_idle_once_a_run_needed_it(clean, monkeypatc
         assert later.values == [True, True], later.diagnosis.summary
     finally:
         warm.shutdown()
+
+
+_USER = """
+import os, sys, time
+import psutil
+import torch.distributed as dist
+from sandbox import launch, warm
+
+def where():  # the warm zygote this rank's run was forked by: its run's zygote's parent
+    return psutil.Process(os.getppid()).ppid()
+
+def stuck():
+    if dist.get_rank() == 0:
+        time.sleep(60)
+    dist.barrier()
+
+if sys.argv[1] == "where":
+    res = launch(where, world_size=2, init=True, warm=True)
+    print(res.verdict, res.values, warm.running())
+else:
+    launch(stuck, world_size=2, init=True, warm=True, timeout=60)
+"""
+
+
+def test_a_process_given_a_shared_warm_zygote_forks_its_runs_there_and_they_end_with_it(clean):
+    """SANDBOX_WARM_SOCKET (`warm.share`: how the suite's lab kernels fork their runs from the worker's warm zygote
+    instead of starting one each): the other process's runs are forked by that zygote, and each ends with the
+    process that asked for it (SIGKILLed mid-run: nothing of its run is left, no process and no run directory);
+    where the shared zygote has gone, the process starts its own."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, shared_zygote, wait_for
+
+    path = shared_zygote()
+    env = dict(os.environ, SANDBOX_WARM_SOCKET=path)
+    p = subprocess.run([sys.executable, "-c", _USER, "where"], env=env, capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert p.stdout.split() == ["ok", f"[{warm.running()},", f"{warm.running()}]", "None"], p.stdout + p.stderr
+
+    user = subprocess.Popen([sys.executable, "-c", _USER, "stuck"], env=env, stdout=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        zygote = psutil.Process(warm.running())
+
+        def running():  # the user's run, once both its ranks are forked
+            runs = [c for c in zygote.children() if "--warm-sibling" not in c.cmdline()]
+            return runs if len(runs) == 1 and len(runs[0].children()) == 2 else None
+        runs = wait_for(running, "the user's run under the shared zygote")
+        user.kill()
+        user.wait(10)
+        assert psutil.wait_procs(runs, timeout=5)[1] == [], "the run outlived the process that asked for it"
+    finally:
+        user.kill()
+
+    warm.shutdown()  # the socket now names nothing: the process starts a warm zygote of its own
+    p = subprocess.run([sys.executable, "-c", _USER, "where"], env=env, capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    own = p.stdout.split()[-1]
+    assert p.stdout.split() == ["ok", f"[{own},", f"{own}]", own] and own != str(zygote.pid), p.stdout + p.stderr

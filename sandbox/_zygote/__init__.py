@@ -11,7 +11,9 @@ the run's directory, so nothing is left behind. Ranks die with the zygote the sa
 A warm zygote (`--warm`, one per launching process, e.g. a Jupyter kernel) imports torch once and then serves many
 runs: for each it forks a child that becomes that run's zygote, in its own process group, so a second run costs a
 fork instead of an import, and runs share nothing (fresh ranks, fresh store, the user's modules imported after the
-fork). It dies with its launcher, and its runs die with it.
+fork). It dies with its launcher, and its runs die with it. Shared (`sandbox.warm.share`: the test suite's lab
+kernels fork their runs from their test worker's), it also serves other processes that connect to its socket;
+each such run ends itself once the process that asked for it is gone (it checks, and its pipe to it breaks).
 
 What training scripts import lazily (`torch._dynamo`) is imported here once, before the fork, when the run's code
 needs it, rather than by every rank on its own: `sandbox.preload` says what, when, and why.

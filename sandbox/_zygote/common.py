@@ -20,7 +20,10 @@ WARM_SIBLINGS: list[socket.socket] = []  # a warm zygote's: warm siblings, each 
 
 
 def say(**msg) -> None:
-    os.write(PROTO_FD, (json.dumps(msg) + "\n").encode())
+    try:
+        os.write(PROTO_FD, (json.dumps(msg) + "\n").encode())
+    except BrokenPipeError:  # the launcher's end is closed: it is gone, and the run ends as orphaned (`ending`)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @contextlib.contextmanager

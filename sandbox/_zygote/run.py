@@ -14,13 +14,14 @@ from multiprocessing.connection import Connection
 from sandbox import preload
 from sandbox._proc import EARLY_EXIT, report_failure
 from sandbox._zygote import common
-from sandbox._zygote.common import ORPHAN_CHECK_S, RANKS, SIBLINGS, say, signals_to_main_thread
+from sandbox._zygote.common import ORPHAN_CHECK_S, RANKS, SIBLINGS, pid_alive, say, signals_to_main_thread
 from sandbox.nodes import Node
 
 
-def run(spec_path: str, parent: int) -> None:
+def run(spec_path: str, parent: int, launcher: int | None = None) -> None:
     """Read the run's spec, deal its ranks among this zygote and its siblings (one per hash seed), fork ours, host
-    its store, report every exit (the siblings' through `relay`), say done."""
+    its store, report every exit (the siblings' through `relay`), say done. The run ends itself once `parent` is
+    gone, or `launcher` (the process that asked a shared warm zygote for it; None: `parent` is the launcher's)."""
     import torch
 
     with open(spec_path, "rb") as f:
@@ -71,8 +72,9 @@ def run(spec_path: str, parent: int) -> None:
     relays = [threading.Thread(target=relay, args=(c, ranks), daemon=True) for c, ranks in zip(SIBLINGS, dealt[1:])]
     for t in relays:  # started with SIGCHLD blocked: it comes to the main thread's sigtimedwait
         t.start()
-    reap(pids, lambda r, code: say(exit=r, code=code), alive=lambda: os.getppid() == parent,
-          orphaned=lambda: os.kill(os.getpid(), signal.SIGTERM), also=relays)  # as if the death signal had come
+    reap(pids, lambda r, code: say(exit=r, code=code),
+         alive=lambda: os.getppid() == parent and (launcher is None or pid_alive(launcher)),
+         orphaned=lambda: os.kill(os.getpid(), signal.SIGTERM), also=relays)  # as if the death signal had come
     del store
     say(done=True)
 
