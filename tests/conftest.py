@@ -499,10 +499,9 @@ def run_in_kernel(code: str, timeout: float = 120) -> str:
 
 @pytest.fixture(scope="module")
 def product_seeds():
-    """The product's number of hash seeds for this module's runs (the suite runs with one, above); the worker's warm
-    zygote restarted with it before and after."""
+    """The product's number of hash seeds for this module's runs (the suite runs with one, above). The worker's warm
+    zygote, started with one, starts a sibling for the second seed at the first run that asks for two, and keeps it
+    (it was restarted before and after each such module: about 3 starts of an interpreter importing torch each)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("SANDBOX_HASH_SEEDS", raising=False)
-        warm.shutdown()
         yield
-        warm.shutdown()

@@ -10,7 +10,7 @@ import pytest
 
 pytestmark = pytest.mark.usefixtures("product_seeds")
 
-from sandbox import defaults, launch, run_script, warm
+from sandbox import defaults, launch, run_script
 
 COLD_AND_WARM = [pytest.param(False, marks=pytest.mark.slow), True]  # the cold start, measured on purpose: full suite
 
@@ -40,10 +40,7 @@ def _seed_of(env_seed: str) -> int:
 @pytest.mark.parametrize("warm_run", COLD_AND_WARM, ids=["cold", "warm"])
 def test_ranks_of_different_zygotes_hash_strings_differently_as_torchruns_workers_do(warm_run, clean):
     assert defaults.HASH_SEEDS == 2
-    try:
-        res = launch(_hashes, world_size=4, warm=warm_run)
-    finally:
-        warm.shutdown()
+    res = launch(_hashes, world_size=4, warm=warm_run)  # warm: the worker's zygote, with a sibling for the 2nd seed
     assert res.ok, res.diagnosis.summary
     v = res.values
     assert v[0]["hash"] == v[2]["hash"] and v[1]["hash"] == v[3]["hash"]  # rank r in zygote r % 2
@@ -109,5 +106,3 @@ def test_unseeded_numpy_draws_differ_between_ranks_as_between_torchruns_workers(
             res = run_script(str(script), world_size=4, warm=warm_run, timeout=60)
             assert res.ok, res.diagnosis.summary
             assert f"DRAWS {distinct}" in res.ranks[0].output, res.ranks[0].output
-    if warm_run:
-        warm.shutdown()

@@ -158,3 +158,28 @@ def test_a_process_given_a_shared_warm_zygote_forks_its_runs_there_and_they_end_
                        cwd=ROOT)
     own = p.stdout.split()[-1]
     assert p.stdout.split() == ["ok", f"[{own},", f"{own}]", own] and own != str(zygote.pid), p.stdout + p.stderr
+
+
+def _hash_of_a_string():
+    return hash("encoder.weight")
+
+
+def test_a_warm_zygote_started_with_one_seed_serves_a_run_that_asks_for_two(clean, monkeypatch):
+    """A warm zygote starts a sibling zygote per further string-hash seed its process chose; a later run that asks
+    for more (its environment changed: the suite's modules on hash order) gets them from siblings started then, and
+    kept, not from a restart of the warm zygote."""
+    warm.shutdown()
+    monkeypatch.setenv("SANDBOX_HASH_SEEDS", "1")
+    try:
+        one = launch(_hash_of_a_string, world_size=4, warm=True)
+        pid = warm.running()
+        monkeypatch.delenv("SANDBOX_HASH_SEEDS")  # the product's two
+        two = launch(_hash_of_a_string, world_size=4, warm=True)
+        again = launch(_hash_of_a_string, world_size=4, warm=True)
+        assert warm.running() == pid
+    finally:
+        warm.shutdown()
+    assert len(set(one.values)) == 1, one.values
+    for res in (two, again):  # rank r in zygote r % 2
+        v = res.values
+        assert v[0] == v[2] and v[1] == v[3] and v[0] != v[1], v

@@ -14,6 +14,7 @@ from sandbox._zygote import common
 from sandbox._zygote.common import (SIBLINGS, WARM_CHILDREN, WARM_SIBLINGS, ending, pid_alive, run_environment,
                                     signals_to_main_thread)
 from sandbox._zygote.run import run
+from sandbox._zygote.siblings import start_siblings
 
 
 def end_warm(signum=None, frame=None) -> None:
@@ -76,7 +77,9 @@ def serve(control: socket.socket) -> None:
 
 def fork_run(req: dict, fds: list[int], reply: socket.socket, ours: list[socket.socket]) -> None:
     """Fork the run-zygote of `req` (its pipe to the launcher: fds[0]), each warm sibling its sibling; reply its pid."""
-    seeds = min(int(req["environ"].get(defaults.HASH_SEEDS_ENV, "1")), 1 + len(WARM_SIBLINGS))
+    seeds = max(1, int(req["environ"].get(defaults.HASH_SEEDS_ENV, "1")))
+    if seeds - 1 > len(WARM_SIBLINGS):  # more seeds than it has siblings (its process chose fewer): more, for good
+        WARM_SIBLINGS.extend(start_siblings(seeds - 1 - len(WARM_SIBLINGS), warm=True))
     pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(seeds - 1)]
     pid = os.fork()
     if pid == 0:
