@@ -84,13 +84,15 @@ def flight_stamps(run_dir: str, ranks) -> dict[int, tuple | None]:
     return out
 
 
-def await_flight(run_dir: str, before: dict[int, tuple | None], wait: float) -> set[int]:
-    """Wait, at most `wait` s, until every rank asked has replaced its dump; returns the ranks that did."""
+def await_flight(run_dir: str, before: dict[int, tuple | None], wait: float,
+                 cut_short: Callable[[], bool] = lambda: False) -> set[int]:
+    """Wait, at most `wait` s, until every rank asked has replaced its dump; returns the ranks that did.
+    `cut_short()`: give up now."""
     deadline = time.monotonic() + wait
     while True:
         now = flight_stamps(run_dir, before)
         new = {r for r in before if now[r] is not None and now[r] != before[r]}
-        if len(new) == len(before) or time.monotonic() >= deadline:
+        if len(new) == len(before) or time.monotonic() >= deadline or cut_short():
             return new
         time.sleep(LOOK_S)
 

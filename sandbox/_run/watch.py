@@ -82,12 +82,14 @@ class Watching:
     # ------------------------------------------------------------------------------------------- asking the ranks
     def _ask_flight(self, live: list[RankTrack]) -> None:
         """SIGUSR2 to every live rank whose recorder is armed: its recorder thread dumps the recorder, even while the
-        rank is blocked in a collective. Waits, bounded, for the new dumps, and notes when each was asked for."""
+        rank is blocked in a collective. Waits, bounded, for the new dumps (cut short by Ctrl-C, as for the stacks),
+        and notes when each was asked for."""
         armed = [t for t in live if t.hello and t.hello.get("flight")]  # armed: SIGUSR2 is their recorder's
         before = asks.flight_stamps(self.dir, [t.rank for t in armed])
         when, read = time.time(), {t.rank: self.procs.lines_read(t.rank) for t in armed}  # before the signal
         asked = {r: before[r] for r in self.procs.signal(armed, signal.SIGUSR2)}
-        for r in asks.await_flight(self.dir, asked, asks.FLIGHT_WAIT_S):
+        for r in asks.await_flight(self.dir, asked, asks.FLIGHT_WAIT_S,
+                                   cut_short=lambda: bool(self.held) and self.stopped_for != INTERRUPTED):
             self.dump_asked[r] = (when, read[r])  # taken after the signal, when the rank had written no more
 
     def _ask_stacks(self, live: list[RankTrack], wait: float) -> None:
