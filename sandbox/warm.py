@@ -233,17 +233,25 @@ def fork_run(env: dict, spec_path: str, log_path: str, interrupted, preload: boo
     code needs the preload (see `_Warm.fork_run`)."""
     global _warm
     with _lock:
-        if _warm is not None and not _warm.alive():
-            _warm.close()
-            _warm = None
-        if _warm is None:
-            _warm = _connected() or _Warm(env)
+        _live(env, connect=True)
         try:
             return _warm.fork_run(spec_path, env, log_path, interrupted, preload)
         except BaseException:
             _warm.close()  # interrupted while it was starting, or broken: nothing of it may stay
             _warm = None
             raise
+
+
+def _live(env: dict, connect: bool) -> _Warm:
+    """With _lock held: the warm zygote of this process, a dead one dropped; started now with `env` if there is none
+    (`connect`: first another process's that SHARE_ENV names)."""
+    global _warm
+    if _warm is not None and not _warm.alive():
+        _warm.close()
+        _warm = None
+    if _warm is None:
+        _warm = (_connected() if connect else None) or _Warm(env)
+    return _warm
 
 
 def _connected() -> _Shared | None:
@@ -262,14 +270,8 @@ def share(env: dict) -> str:
     """This process's warm zygote shared (started now with `env`, as by a run's launcher, if there is none): the
     socket path to give other processes in SHARE_ENV (the test suite's kernels: their runs then cost a fork, not a
     start of their own zygote). Ours only: one we share ourselves is not passed on."""
-    global _warm
     with _lock:
-        if _warm is not None and not _warm.alive():
-            _warm.close()
-            _warm = None
-        if _warm is None:
-            _warm = _Warm(env)
-        if _warm.proc is None:
+        if _live(env, connect=False).proc is None:
             raise RuntimeError("this process asks another's warm zygote for its runs: it has none to share")
         return _warm.share()
 
