@@ -68,7 +68,10 @@ def serve(control: socket.socket) -> None:
                 continue
             req = json.loads(msg)
             if req.get("share"):
-                listener = listener or socket.socket(fileno=fds[0])
+                if listener is None:
+                    listener = socket.socket(fileno=fds.pop(0))
+                for fd in fds:  # asked twice: the first listener serves
+                    os.close(fd)
                 sock.sendall(b'{"pid": 0}\n')
                 continue
             needed = needed or bool(req.get("preload"))
