@@ -146,6 +146,19 @@ def leftovers(grace: float = GRACE_S) -> list:
         time.sleep(0.02)
 
 
+def raced(res) -> bool:
+    """Did the run end in the race a program leaves open (no call every rank makes after the last one that
+    needs a slow rank): a rank still connecting in init_process_group or new_group lost peers that had finished, as
+    under plain torchrun on a loaded machine, before the program could show anything else? Then it is named as
+    such, the ranks named as leaving having finished."""
+    if res.diagnosis.kind != "left_early":
+        return False
+    outcome = {r.rank: r.outcome for r in res.ranks}
+    assert res.diagnosis.culprit_ranks and all(outcome[r] == "ok" for r in res.diagnosis.culprit_ranks), \
+        (res.diagnosis.summary, outcome)
+    return True
+
+
 def gone(pid: int) -> bool:
     """The process has exited (a zombie waiting for its parent counts as exited)."""
     try:

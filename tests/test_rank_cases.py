@@ -21,7 +21,7 @@ import os
 import pytest
 import torch.distributed as dist
 
-from conftest import leftovers
+from conftest import leftovers, raced
 from sandbox import run_script
 
 pytestmark = pytest.mark.slow  # real runs of 16 programs: the full suite's, not the quick tier's
@@ -112,15 +112,3 @@ def test_the_twins_pass_with_no_warning(runs, name, n):
         return
     assert res.ok and res.warnings == [], (res.diagnosis.summary, res.warnings)
 
-
-def raced(res) -> bool:
-    """Did the run end in the race these programs leave open (no call every rank makes after the last one that
-    needs a slow rank): a rank still connecting in init_process_group or new_group lost peers that had finished, as
-    under plain torchrun on a loaded machine, before the program could show anything else? Then it is named as
-    such, the ranks named as leaving having finished."""
-    if res.diagnosis.kind != "left_early":
-        return False
-    outcome = {r.rank: r.outcome for r in res.ranks}
-    assert res.diagnosis.culprit_ranks and all(outcome[r] == "ok" for r in res.diagnosis.culprit_ranks), \
-        (res.diagnosis.summary, outcome)
-    return True
