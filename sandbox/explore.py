@@ -5,8 +5,8 @@
 
 First the program runs as it is. If that run fails there is nothing to explore: its report is the answer. Otherwise
 its trace says which calls each rank made, and each explored run gets the schedule of one seed
-(`sandbox.schedules.drawn`: one rank held before each of its calls in turn, then start delays, holds and a slow rank
-at random), seeds 1 to K,
+(`sandbox.schedules.drawn`: each receive from any rank given each rank that sent to it, one rank held before
+each of its calls in turn, then start delays, holds and a slow rank at random), seeds 1 to K,
 so an exploration is the same every time it is run. Its answer ends at the first run that fails (or, with `every`,
 holds all K) and reports each distinct outcome with the seeds that gave it; `replay(seed)` runs the unperturbed
 program once more (for its calls) and then the seed's schedule. Runs fork from one warm zygote (after the first, a
@@ -65,6 +65,56 @@ def calls_made(res: RunResult) -> dict[int, list[str]]:
         if e.get("ev") == "enter" and e.get("op") != "wait" and e.get("rank") in made:
             made[e["rank"]].append(e.get("op"))
     return made
+
+
+def numbered(res: RunResult) -> dict[tuple[int, int], dict]:
+    """{(rank, k): the enter event of that rank's k-th traced call}, waits on a Work aside: the calls a schedule
+    counts."""
+    out, count = {}, {r.rank: 0 for r in res.ranks}
+    for e in res.events:
+        if e.get("ev") == "enter" and e.get("op") != "wait" and e.get("rank") in count:
+            count[e["rank"]] += 1
+            out[(e["rank"], count[e["rank"]])] = e
+    return out
+
+
+def sites(calls: dict[tuple[int, int], dict]) -> dict[tuple[int, int], str]:
+    """{(rank, k): 'recv at train.py:30'}: each call of `numbered` in words, for a schedule's `about`."""
+    return {rk: f"{e.get('op')} at {e.get('site') or '?'}" for rk, e in calls.items()}
+
+
+RECEIVES = ("recv", "irecv")
+
+
+def senders(calls: dict[tuple[int, int], dict]) -> list[tuple[int, int, int]]:
+    """(rank, k, src) for each receive without src the run made (rank's call k) and each rank that sent to it
+    (`send`, `isend`, or in `batch_isend_irecv`) on its group with its tag: the senders a cluster's order of arrival
+    could give it. The one whose message it took in this run is tried too, so that the list is the same whichever
+    arrived first (a replay draws it from a run of its own). One per (rank, call site, sender): a loop's receives
+    are tried at their first turn."""
+    sent: dict[tuple, set[int]] = {}  # (to, group, tag) -> the ranks that sent
+    for (r, _), e in calls.items():
+        ops = e.get("p2p") if e.get("op") == "batch_isend_irecv" else [e]
+        for o in ops or ():
+            if o.get("op") in ("send", "isend") and isinstance(o.get("peer"), int):
+                sent.setdefault((o["peer"], e.get("gname"), o.get("tag", 0)), set()).add(r)
+    out, seen = [], set()
+    for (r, k), e in sorted(calls.items(), key=lambda c: (c[0][1], c[0][0])):
+        if e.get("op") not in RECEIVES or e.get("peer") is not None:
+            continue
+        for src in sorted(sent.get((r, e.get("gname"), e.get("tag", 0)), set()) - {r}):
+            if (r, e.get("site"), src) not in seen:
+                seen.add((r, e.get("site"), src))
+                out.append((r, k, src))
+    return out
+
+
+def plan(res: RunResult) -> dict:
+    """What the unperturbed run `res` offers `schedules.drawn`, as its keyword arguments: the calls each rank made,
+    whether they follow a set's order, each receive from any rank with each sender, and each call in words."""
+    calls = numbered(res)
+    return {"made": calls_made(res), "hashed": bool(set_ordered(res)), "matches": senders(calls),
+            "sites": sites(calls)}
 
 
 @dataclass
@@ -140,6 +190,10 @@ class Explored:
         secs = sorted({s.hold[2] for s, _ in self.runs if s.hold})
         said = [f"{len(pairs)} of the {words.plural(total, 'call')} the ranks make held before they start ("
                 f"{words.listed([f'{x:g}' for x in secs])} s)"]
+        matched = [s.match for s, _ in self.runs if s.match]
+        if matched:
+            said.append(f"{words.plural(len({m[:2] for m in matched}), 'receive')} from any rank given each of "
+                        f"{words.plural(len({m[2] for m in matched}), 'sender')}")
         hashed = sum(1 for s, _ in self.runs if s.hash_seeds)
         if hashed:
             said.append(f"{words.plural(hashed, 'run')} with other string-hash seeds (the program's calls follow a "
@@ -172,11 +226,11 @@ def explore(start: Start, k: int, *, every: bool = False, jobs: int = JOBS) -> E
     got = Explored(baseline=start({}), asked=k)
     if not got.baseline.ok:
         return got
-    calls, hashed = calls_made(got.baseline), bool(set_ordered(got.baseline))
+    offered = plan(got.baseline)
     jobs = max(1, jobs)
     seed = 1
     while seed <= k:
-        wave = [schedules.drawn(x, calls, hashed) for x in range(seed, min(k, seed + jobs - 1) + 1)]
+        wave = [schedules.drawn(x, **offered) for x in range(seed, min(k, seed + jobs - 1) + 1)]
         seed += len(wave)
         ran = [start(wave[0].env())] if len(wave) == 1 else _at_once(start, wave, got.baseline)
         for s, res in zip(wave, ran):  # in seed order: a lower seed's error or failure is the answer
@@ -214,7 +268,7 @@ def replay(start: Start, seed: int) -> tuple[Schedule, RunResult]:
     if not (isinstance(seed, int) and seed >= 1):
         raise ValueError(f"a seed is a whole number from 1, not {seed!r}.")
     first = start({})
-    s = schedules.drawn(seed, calls_made(first), bool(set_ordered(first)))
+    s = schedules.drawn(seed, **plan(first))
     return s, start(s.env())
 
 

@@ -32,7 +32,7 @@ def test_a_seed_gives_one_schedule_and_the_first_seeds_hold_each_call_in_turn_p2
     assert all(1 <= s.hold[1] <= 4 and s.hold[2] in schedules.HOLDS_S for s in later)
     assert firsts[1].words() == "rank 1 held 0.4 s before its call 3"
     assert schedules.parsed(firsts[1].env()[schedules.ENV]) == {"seed": 2, "start": [0.0, 0.0], "hold": [1, 3, 0.4],
-                                                                "slow": None}
+                                                                "slow": None, "match": None}
     assert schedules.seed_of(firsts[1].env()) == 2 and schedules.seed_of({}) is None
     assert schedules.parsed("not json") is None and schedules.parsed(None) is None
     with pytest.raises(ValueError, match="none given"):
@@ -92,6 +92,54 @@ def test_explore_passes_the_fixed_twin_and_says_what_it_explored(scripts, capsys
     assert code == 0, out
     assert out.startswith("Explored 16 schedules of 2 ranks after one unperturbed run:\n  ok: 16 runs"), out
     assert "every run finished: 8 of the 8 calls the ranks make held before they start (0.4 and 0.8 s)" in out, out
+
+
+ANY_SOURCE = """
+import time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.zeros(1)
+if rank == 0:
+    w = dist.irecv(t{src1})
+    w.wait()
+    first = t.item()
+    dist.recv(t{src2})
+    assert first == 1.0, f"rank 0 got {{first}} first"
+else:
+    time.sleep(rank - 1.0)  # rank 2 is a second behind: no hold of a schedule puts it first
+    dist.send(torch.full((1,), float(rank)), dst=0)
+dist.destroy_process_group()
+"""
+
+
+def test_a_receive_from_any_rank_is_given_each_sender_and_recorded_as_made(tmp_path, clean):
+    """The first seeds give each receive without src each rank that sent to it (the irecv at call 2, the recv at
+    call 3: ranks 1 and 2 each), whatever the timing; the run is recorded as the program made it (no src, the
+    message from the rank given); a program that names its senders is given none."""
+    from sandbox import run_script
+
+    broken, fixed = tmp_path / "any.py", tmp_path / "named.py"
+    broken.write_text(ANY_SOURCE.format(src1="", src2=""))
+    fixed.write_text(ANY_SOURCE.format(src1=", src=1", src2=", src=2"))
+    start = explore.started(lambda env: run_script(str(broken), world_size=3, env=env, warm=True))
+    found = explore.explore(start, 16)
+    assert found.baseline.ok and not found.ok, found.summary()
+    schedule, res = found.failed
+    assert (schedule.seed, schedule.match, schedule.hold) == (2, (0, 2, 2), None), found.summary()
+    assert schedule.words() == (f"rank 0's call 2 (irecv at {broken}:10), a receive from any rank, matched to "
+                                "rank 2's send")
+    assert [s.match for s, _ in found.runs] == [(0, 2, 1), (0, 2, 2)]
+    assert "rank 0 got 2.0 first" in res.diagnosis.summary
+    irecv = next(e for e in res.events if e.get("rank") == 0 and e.get("op") == "irecv" and e["ev"] == "enter")
+    waited = next(e for e in res.events if e.get("rank") == 0 and e["ev"] == "exit" and e.get("op") == "wait")
+    assert irecv["peer"] is None and waited["from"] == 2
+    assert [s.match for s in (schedules.drawn(k, **explore.plan(found.baseline)) for k in range(1, 6))] == \
+        [(0, 2, 1), (0, 2, 2), (0, 3, 1), (0, 3, 2), None]
+    named = run_script(str(fixed), world_size=3, warm=True)
+    assert named.ok and explore.plan(named)["matches"] == [], named.diagnosis.summary
 
 
 def test_schedules_run_at_once_give_what_running_them_in_turn_gives(scripts, clean):
@@ -287,18 +335,21 @@ def test_the_magic_explores(clean, capsys):
 
 
 def test_the_docs_page_shows_what_the_runs_print(tmp_path, capsys, monkeypatch, clean):
-    """docs/explore.md's race.py, explored, replayed and fixed: the page's summaries are these runs' own lines."""
+    """docs/explore.md's race.py, explored, replayed and fixed, and its gather_results.py explored: the page's
+    summaries are these runs' own lines."""
     from conftest import ROOT
 
     page = open(os.path.join(ROOT, "docs", "explore.md"), encoding="utf-8").read()
-    script = re.search(r'```python title="race.py"\n(.*?)```', page, re.S).group(1)
+    scripts = dict(re.findall(r'```python title="(\w+\.py)"\n(.*?)```', page, re.S))
     blocks = re.findall(r"```console\n\$ (python -m sandbox\.run [^\n]*)\n(.*?)```", page, re.S)
-    (tmp_path / "race.py").write_text(script)
-    fixed = script.replace("dist.isend(t, dst=1)", "dist.isend(t.clone(), dst=1)")
-    assert fixed != script
+    assert sorted(scripts) == ["gather_results.py", "race.py"]
+    for name, script in scripts.items():
+        (tmp_path / name).write_text(script)
+    fixed = scripts["race.py"].replace("dist.isend(t, dst=1)", "dist.isend(t.clone(), dst=1)")
+    assert fixed != scripts["race.py"]
     (tmp_path / "race_fixed.py").write_text(fixed)
     monkeypatch.chdir(tmp_path)  # the page's commands name the scripts as they are in the working directory
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     for command, shown in blocks:
         argv = command.split()[3:]
         run_main(argv)

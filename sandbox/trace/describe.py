@@ -56,6 +56,13 @@ class Spec:
             return kwargs[name]
         return self.defaults.get(name, default)
 
+    def given(self, args: tuple, kwargs: dict, name: str, value) -> tuple[tuple, dict]:
+        """The arguments of a call with `name` set to `value`, where it was passed or by keyword."""
+        i = self.pos.get(name)
+        if i is not None and i < len(args):
+            return args[:i] + (value,) + args[i + 1:], kwargs
+        return args, {**kwargs, name: value}
+
 
 def user_frame(depth: int):
     """The first frame outside torch and the sandbox's plumbing, `depth` frames above the caller."""

@@ -33,6 +33,11 @@ def _wrap(spec: Spec, fn):
             return fn(*args, **kwargs)
         tls.depth = 1
         try:
+            # an explored schedule: asleep before the enter line (in the rank's own code, as a late rank is), and
+            # a receive from any rank called with the sender chosen, recorded as the program made it
+            cargs, ckwargs = args, kwargs
+            if record.before_call is not None:
+                cargs, ckwargs = record.before_call(spec, args, kwargs)
             try:
                 call_id, ev, plain = record.enter(spec, args, kwargs)
             except Exception as e:  # noqa: BLE001  the tracer must never break the user's call: it runs untraced
@@ -40,7 +45,7 @@ def _wrap(spec: Spec, fn):
                 record.tracer_error(spec.name, e)
             tls.work = None
             try:
-                out = fn(*args, **kwargs)
+                out = fn(*cargs, **ckwargs)
             except BaseException as e:
                 if call_id is not None:
                     record.exit_error(call_id, spec.name, e)

@@ -23,7 +23,9 @@ _STATIC_MAX = 4096
 _seq: dict[str, int] = {}
 outstanding: dict[int, tuple] = {}  # id(Work) -> (Work, the fields of its call): asynchronous calls not waited on
 _MAX_OUTSTANDING = 10000
-before_call = None  # an explored schedule's sleep before each traced call (`sandbox.trace.perturb`); None: none
+# an explored schedule's part before each traced call (`sandbox.trace.perturb`): (spec, args, kwargs) -> the args and
+# kwargs to call with (a sleep first, a receive's src chosen); None: none
+before_call = None
 on_error = None  # called once, after the first traced call that raised as a peer went away (a torchrun worker's stack)
 
 
@@ -52,8 +54,6 @@ def enter(spec: describe.Spec, args: tuple, kwargs: dict) -> tuple[int, dict | N
     """Write the enter event of a call. Returns its id, for an asynchronous call its fields (its Work's `wait`
     repeats them), and whether its exit is a plain exit line (`_plain_exit`). Writing the line is the last thing it
     does."""
-    if before_call is not None:  # asleep before the enter line: in the rank's own code, as a late rank is
-        before_call()
     frame = describe.user_frame(2)
     code = frame.f_code if frame is not None else None
     thread = threading.get_ident()
