@@ -81,3 +81,21 @@ def test_a_non_member_call_is_a_warning_even_where_the_run_passes(clean, tmp_pat
     [w] = [w for w in res.warnings if w.kind == "group_member"]
     assert (w.ranks, w.op) == ([2], "all_reduce") and w.sites[2].endswith("quiet_nonmember.py:7"), w.summary
     assert "new_group returned it to rank 2 for group [0, 1]" in w.summary, w.summary
+
+
+def test_a_recv_whose_code_keeps_the_sender_it_returns_is_not_warned_of(tmp_path):
+    """`src = dist.recv(t)` knows whose message it got, whatever the order of arrival; `dist.recv(t)` on its own
+    line does not (sandbox.contracts.arguments.sender_read, read from the source)."""
+    from sandbox.contracts.arguments import sender_read
+
+    f = tmp_path / "recvs.py"
+    f.write_text("import torch.distributed as dist\n"
+                 "dist.recv(t)\n"                      # 2: dropped
+                 "src = dist.recv(t)\n"                # 3: kept
+                 "got[dist.recv(t, tag=1)] = t.item()\n"  # 4: kept, as an index
+                 "x = dist.recv(\n    t)\n"            # 5-6: kept, over two lines
+                 "print(dist.recv(t))\n"               # 7: kept, as an argument
+                 "w = dist.irecv(t)\n")                # 8: an irecv: its Work, not a rank
+    kept = {n: sender_read(f"{f}:{n}") for n in range(2, 9)}
+    assert kept == {2: False, 3: True, 4: True, 5: True, 6: True, 7: True, 8: False}
+    assert sender_read(f"{tmp_path}/missing.py:3") is False and sender_read(None) is False

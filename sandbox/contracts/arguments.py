@@ -10,9 +10,12 @@ that made the call as the ones to fix.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import re
 from dataclasses import replace
 
+from sandbox.branches import parsed_source, site_frame
 from sandbox.calls import OPS, RECVS, SENDS
 from sandbox.contracts.base import ContractWarning, where
 from sandbox.diagnose import spaces
@@ -60,22 +63,42 @@ def group_member(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def sender_read(site: str | None) -> bool:
+    """Does the code at `site` keep what its `recv` returns, the sender's rank (`src = dist.recv(t)`,
+    `got[dist.recv(t)] = t`)? A recv that is a statement of its own drops it; where the source cannot be read, it
+    counts as dropped."""
+    frames = site_frame(site)
+    parsed = parsed_source(frames[0][0]) if frames else None
+    if parsed is None:
+        return False
+    line, tree = frames[0][1], parsed[0]
+    dropped = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+    return any(isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno) and id(n) not in dropped
+               and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == "recv" for n in ast.walk(tree))
+
+
 def any_source(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     """Each rank whose receives without src took messages of one tag from more than one rank: which one filled
     which receive was the order of arrival. Where every tag came from one sender only, the tags chose the sender
-    (a tag per stream), whatever the order."""
+    (a tag per stream), whatever the order; a `recv` whose code keeps the rank it returns (`sender_read`) knows
+    whose message it got."""
     out = []
     for r, t in sorted(tracks.items()):
         by_tag: dict[int, set] = {}
         for a in t.any_source:
+            if a["op"] == "recv" and sender_read(a.get("site")):
+                continue
             by_tag.setdefault(a.get("tag", 0), set()).add(a["from"])
         mixed = {tag for tag, came in by_tag.items() if len(came) > 1}
         if not mixed:
             continue
-        senders = sorted({a["from"] for a in t.any_source if a.get("tag", 0) in mixed})
-        got = [a for a in t.any_source if a.get("tag", 0) in mixed][:6]
+        blind = [a for a in t.any_source if a.get("tag", 0) in mixed
+                 and not (a["op"] == "recv" and sender_read(a.get("site")))]
+        senders = sorted({a["from"] for a in blind})
+        got = blind[:6]
         told = ", ".join(f"{a['op']} at {a['site']} from rank {a['from']}" for a in got)
-        left = sum(a.get("tag", 0) in mixed for a in t.any_source) - len(got)
+        left = len(blind) - len(got)
         more = f" and {left} more" if left > 0 else ""
         out.append(ContractWarning(
             "any_source", f"Rank {r}'s receives without src took their messages from {ranks_words(senders)} in the "
