@@ -2,6 +2,7 @@
 from bug reports, each with a correct twin; its README says how), each explored as a user would explore it.
 
     python benchmarks/schedule_cases.py [--k 16] [--replays 10] [--only 01,05] [--write scores.json]
+    python benchmarks/schedule_cases.py --manifest tests/data/any_source/MANIFEST.json   # another set
 
 For each broken program: does `--explore K` find a failure, with which seed, and does `--replay SEED` fail the same
 way (the same outcome: verdict, kind, culprits) in each of --replays runs. For each fixed twin: do all K schedules
@@ -20,9 +21,12 @@ SET = os.path.join(REPO, "tests", "data", "schedules")
 
 
 def entries(only: list[str], manifest: str | None = None) -> list[dict]:
-    with open(manifest or os.path.join(SET, "MANIFEST.json")) as f:
+    """The pairs of a set's MANIFEST.json (by default tests/data/schedules'), each with "dir", where its files are."""
+    manifest = manifest or os.path.join(SET, "MANIFEST.json")
+    with open(manifest) as f:
         every = json.load(f)
-    return [e for e in every if not only or any(e["broken"].startswith(o) for o in only)]
+    return [{**e, "dir": os.path.dirname(os.path.abspath(manifest))} for e in every
+            if not only or any(e["broken"].startswith(o) for o in only)]
 
 
 # the set-ordered program runs with one seed for every rank (as under torchrun with PYTHONHASHSEED set), so that
@@ -43,7 +47,7 @@ def score(e: dict, k: int, replays: int) -> dict:
 
     n = e["world_size"]
     t0 = time.monotonic()
-    found, start = explore_file(os.path.join(SET, e["broken"]), n, k)
+    found, start = explore_file(os.path.join(e["dir"], e["broken"]), n, k)
     took = time.monotonic() - t0
     out = {"broken": e["broken"], "kind": e.get("kind"), "explore_s": round(took, 1), "found": not found.ok,
            "baseline_failed": not found.baseline.ok}
@@ -56,7 +60,7 @@ def score(e: dict, k: int, replays: int) -> dict:
     elif failed:
         out["outcome"] = explore.outcome(failed[1])
     t0 = time.monotonic()
-    twin, _ = explore_file(os.path.join(SET, e["fixed"]), n, k)
+    twin, _ = explore_file(os.path.join(e["dir"], e["fixed"]), n, k)
     out["fixed_explore_s"] = round(time.monotonic() - t0, 1)
     out["fixed_passes"] = twin.ok and len(twin.runs) == k
     out["fixed_warnings"] = sum(len(r.warnings) for _, r in twin.runs) + len(twin.baseline.warnings)

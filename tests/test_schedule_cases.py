@@ -1,6 +1,6 @@
 """Bugs that show only sometimes (issue 31), against programs written blind from bug reports:
-tests/data/schedules/ (its README says how; each broken program passes under some schedules and fails under others,
-each has a correct twin). For each pair: `--explore 16` must find the broken one's failure (the set-ordered one with
+tests/data/schedules/ and tests/data/any_source/ (their README and GROUND_TRUTH say how; each broken program passes
+under some schedules and fails under others, each has a correct twin). For each pair: `--explore 16` must find the broken one's failure (the set-ordered one with
 PYTHONHASHSEED set, so that its first run passes), name its cause (a culprit rank), and `--replay` of the reported
 seed must fail the same way; the same schedule must let the twin pass (a receive given a sender: the same seed
 replayed on the twin, drawn from its own sends), and the twin must carry no contract warning.
@@ -16,9 +16,13 @@ from conftest import ROOT
 
 from sandbox import explore, run_script
 
-SET = os.path.join(ROOT, "tests", "data", "schedules")
-with open(os.path.join(SET, "MANIFEST.json")) as f:
-    PAIRS = json.load(f)
+# tests/data/schedules: timing, threads, side channels, hash seeds; tests/data/any_source: a receive without src
+# that takes another sender's message (written blind later, from the torch docs and MPI's message selection)
+SETS = [os.path.join(ROOT, "tests", "data", name) for name in ("schedules", "any_source")]
+PAIRS = []
+for where in SETS:
+    with open(os.path.join(where, "MANIFEST.json")) as f:
+        PAIRS += [{**p, "dir": where} for p in json.load(f)]
 # A difference of separate processes, not of timing: each rank's string-hash seed decides a set's order. Run with
 # PYTHONHASHSEED set (as torchrun passes it to every worker when it is set), every rank iterates the set alike and the
 # first run passes; exploring gives the even and the odd ranks seeds of their own, as separate processes have
@@ -29,10 +33,11 @@ def _start(path: str, n: int, env: dict | None = None):
     return explore.started(lambda env: run_script(path, world_size=n, env=env, warm=True, timeout=60), env)
 
 
-@pytest.mark.parametrize("pair", PAIRS, ids=[p["broken"].removesuffix("_broken.py") for p in PAIRS])
+@pytest.mark.parametrize("pair", PAIRS, ids=[f"{os.path.basename(p['dir'])}/{p['broken'].removesuffix('_broken.py')}"
+                                              for p in PAIRS])
 def test_explore_finds_it_replay_repeats_it_and_the_twin_passes_that_schedule(pair, clean):
     n, env = pair["world_size"], ONE_SEED.get(pair["broken"])
-    start = _start(os.path.join(SET, pair["broken"]), n, env)
+    start = _start(os.path.join(pair["dir"], pair["broken"]), n, env)
     found = explore.explore(start, 16)
     assert found.baseline.ok, f"it fails unperturbed: {found.summary()}"
     assert not found.ok, found.summary()
@@ -41,7 +46,7 @@ def test_explore_finds_it_replay_repeats_it_and_the_twin_passes_that_schedule(pa
     assert res.diagnosis.culprit_ranks, res.diagnosis.summary  # a cause with its rank
     again = explore.replay(start, schedule.seed)[1]
     assert explore.outcome(again) == said, (schedule.words(), said, again.diagnosis.summary)
-    twin_start = _start(os.path.join(SET, pair["fixed"]), n, env)
+    twin_start = _start(os.path.join(pair["dir"], pair["fixed"]), n, env)
     if schedule.match:  # the seed drawn from the twin's own sends (a tag of its own may leave that sender no match)
         twin = explore.replay(twin_start, schedule.seed)[1]
     else:
