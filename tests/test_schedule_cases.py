@@ -1,11 +1,11 @@
 """Bugs that show only sometimes (issue 31), against programs written blind from bug reports:
 tests/data/schedules/ and tests/data/any_source/ (their README and GROUND_TRUTH say how; each broken program passes
 under some schedules and fails under others, each has a correct twin). For each pair: `--explore 16` must find the
-broken one's failure (the set-ordered one with PYTHONHASHSEED set, so that its first run passes), name its cause (a culprit rank), and `--replay` of the reported
-seed must fail the same way; the same schedule must let the twin pass (a receive given a sender: the same seed
-replayed on the twin, drawn from its own sends), and the twin must carry no contract warning.
-`benchmarks/schedule_cases.py` scores the whole set with every twin explored 16 times and 10 replays per seed (its
-last figures are in benchmarks/schedule_cases-after.json)."""
+broken one's failure (the set-ordered one with PYTHONHASHSEED set, so that its first run passes), name its cause (a
+culprit rank), and `--replay` of the reported seed must fail the same way; the same schedule must let the twin pass
+(a receive given a sender: the same seed replayed on the twin, drawn from its own sends), and the twin must carry
+no contract warning. `benchmarks/schedule_cases.py` scores a whole set with every twin explored 16 times and 10
+replays per seed (its last figures are in benchmarks/schedule_cases-after.json and any_source_cases-after.json)."""
 from __future__ import annotations
 
 import json
