@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from sandbox import schedules, words
+from sandbox.calls import RECVS, SENDS
 from sandbox._run.options import Interrupted
 from sandbox._run.stop import interrupt_others, noted_signals
 from sandbox.result import RunResult
@@ -83,12 +84,10 @@ def sites(calls: dict[tuple[int, int], dict]) -> dict[tuple[int, int], str]:
     return {rk: f"{e.get('op')} at {e.get('site') or '?'}" for rk, e in calls.items()}
 
 
-RECEIVES = ("recv", "irecv")
-
-
 def senders(calls: dict[tuple[int, int], dict]) -> list[tuple[int, int, int]]:
-    """(rank, k, src) for each receive without src the run made (rank's call k) and each rank that sent to it
-    (`send`, `isend`, or in `batch_isend_irecv`) on its group with its tag: the senders a cluster's order of arrival
+    """(rank, k, src) for each receive without src the run made (rank's call k: `recv`, `irecv`,
+    `recv_object_list`) and each rank that sent to it (`send`, `isend`, `send_object_list`, or in
+    `batch_isend_irecv`) on its group with its tag: the senders a cluster's order of arrival
     could give it. The one whose message it took in this run is tried too, so that the list is the same whichever
     arrived first (a replay draws it from a run of its own). One per (rank, call site, sender): a loop's receives
     are tried at their first turn."""
@@ -96,11 +95,11 @@ def senders(calls: dict[tuple[int, int], dict]) -> list[tuple[int, int, int]]:
     for (r, _), e in calls.items():
         ops = e.get("p2p") if e.get("op") == "batch_isend_irecv" else [e]
         for o in ops or ():
-            if o.get("op") in ("send", "isend") and isinstance(o.get("peer"), int):
+            if o.get("op") in SENDS and isinstance(o.get("peer"), int):
                 sent.setdefault((o["peer"], e.get("gname"), o.get("tag", 0)), set()).add(r)
     out, seen = [], set()
     for (r, k), e in sorted(calls.items(), key=lambda c: (c[0][1], c[0][0])):
-        if e.get("op") not in RECEIVES or e.get("peer") is not None:
+        if e.get("op") not in RECVS or e.get("peer") is not None:
             continue
         for src in sorted(sent.get((r, e.get("gname"), e.get("tag", 0)), set()) - {r}):
             if (r, e.get("site"), src) not in seen:

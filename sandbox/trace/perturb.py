@@ -10,9 +10,8 @@ import os
 import time
 
 from sandbox import schedules
+from sandbox.calls import RECVS  # what a schedule's `match` gives a sender: a receive made without src or group_src
 from sandbox.trace import record
-
-RECEIVES = ("recv", "irecv")  # what a schedule's `match` gives a sender: a receive made without src or group_src
 
 
 def install(rank: int) -> None:
@@ -34,7 +33,7 @@ def install(rank: int) -> None:
             pause = each + (hold[2] if hold and k == hold[1] else 0.0)
             if pause:
                 time.sleep(pause)
-            if match and k == match[1] and spec.name in RECEIVES and spec.arg(args, kwargs, "src") is None \
+            if match and k == match[1] and spec.name in RECVS and spec.arg(args, kwargs, "src") is None \
                     and spec.arg(args, kwargs, "group_src") is None:
                 return spec.given(args, kwargs, "src", match[2])
             return args, kwargs
