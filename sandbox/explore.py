@@ -80,8 +80,11 @@ def numbered(res: RunResult) -> dict[tuple[int, int], dict]:
 
 
 def sites(calls: dict[tuple[int, int], dict]) -> dict[tuple[int, int], str]:
-    """{(rank, k): 'recv at train.py:30'}: each call of `numbered` in words, for a schedule's `about`."""
-    return {rk: f"{e.get('op')} at {e.get('site') or '?'}" for rk, e in calls.items()}
+    """{(rank, k): 'recv at train.py:30'}: each call of `numbered` in words, for a schedule's `about`; a call a
+    thread other than the main one made says which ('all_reduce at train.py:20 in thread metrics-logger'): a hold
+    there lets the rank's other threads run on."""
+    return {rk: f"{e.get('op')} at {e.get('site') or '?'}" + (f" in thread {e['thread']}" if e.get("thread") else "")
+            for rk, e in calls.items()}
 
 
 def senders(calls: dict[tuple[int, int], dict]) -> list[tuple[int, int, int]]:
