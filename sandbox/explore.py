@@ -62,9 +62,8 @@ def calls_made(res: RunResult) -> dict[int, list[str]]:
     """{rank: the ops of the traced calls it entered, in order}, waits on a Work aside: what a schedule's hold
     counts (every rank listed)."""
     made: dict[int, list[str]] = {r.rank: [] for r in res.ranks}
-    for e in res.events:
-        if e.get("ev") == "enter" and e.get("op") != "wait" and e.get("rank") in made:
-            made[e["rank"]].append(e.get("op"))
+    for (r, _), e in sorted(numbered(res).items()):
+        made[r].append(e.get("op"))
     return made
 
 

@@ -85,16 +85,14 @@ def any_source(tracks: dict[int, RankTrack]) -> list[ContractWarning]:
     whose message it got."""
     out = []
     for r, t in sorted(tracks.items()):
+        unknown = [a for a in t.any_source if not (a["op"] == "recv" and sender_read(a.get("site")))]
         by_tag: dict[int, set] = {}
-        for a in t.any_source:
-            if a["op"] == "recv" and sender_read(a.get("site")):
-                continue
+        for a in unknown:
             by_tag.setdefault(a.get("tag", 0), set()).add(a["from"])
         mixed = {tag for tag, came in by_tag.items() if len(came) > 1}
         if not mixed:
             continue
-        blind = [a for a in t.any_source if a.get("tag", 0) in mixed
-                 and not (a["op"] == "recv" and sender_read(a.get("site")))]
+        blind = [a for a in unknown if a.get("tag", 0) in mixed]
         senders = sorted({a["from"] for a in blind})
         got = blind[:6]
         told = ", ".join(f"{a['op']} at {a['site']} from rank {a['from']}" for a in got)
