@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 log = logging.getLogger("sandbox.nodes")
@@ -117,9 +118,19 @@ def cleanup_stale() -> list[str]:
     return names
 
 
-@functools.cache  # a probe costs two `ip` runs; the answer does not change while a process lives
+_probing = threading.Lock()
+
+
 def available() -> tuple[bool, str]:
-    """(True, "") where simulated nodes can be made here, else (False, one sentence saying what is needed)."""
+    """(True, "") where simulated nodes can be made here, else (False, one sentence saying what is needed). One
+    probe at a time: two threads of a process (the docs build's pages) would add the same probe namespace, and the
+    second would read "File exists" as namespaces not working."""
+    with _probing:
+        return _available()
+
+
+@functools.cache  # a probe costs two `ip` runs; the answer does not change while a process lives
+def _available() -> tuple[bool, str]:
     if not os.path.isdir("/proc/self/ns"):
         return False, "simulated nodes need Linux network namespaces."
     if os.geteuid() != 0:

@@ -198,3 +198,25 @@ def test_available_says_what_is_needed(setup, needs):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=T, cwd=ROOT,
                          env=dict(os.environ, PYTHONPATH=ROOT)).stdout
     assert out.startswith("False simulated nodes need ") and needs in out and out.strip().endswith(".")
+
+
+def test_threads_that_ask_at_once_get_one_answer():
+    """The docs build asks from several threads at once: each thread's first question must not race the others'
+    probe (the same namespace name added twice reads "File exists", which is not "namespaces do not work here")."""
+    import threading
+
+    from sandbox import netns
+
+    answers, start = [], threading.Barrier(8)
+
+    def ask():
+        start.wait(timeout=T)
+        answers.append(nodes.available())
+
+    netns._available.cache_clear()  # the first question of a process, asked by eight threads at once
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=T)
+    assert answers == [(True, "")] * 8
