@@ -34,7 +34,8 @@ HOOK_NAME = "zz_dist_sandbox_count_launches.pth"
 # one line, run by `site` at every start of this environment's interpreter (a .pth line that begins with `import`)
 HOOK = ("import os; _f = os.environ.get('COUNT_STARTS'); _f and open(_f, 'a').write("
         "str(os.getpid()) + '\\t' + open('/proc/self/cmdline', 'rb').read().decode(errors='replace')"
-        ".replace('\\n', ' ').replace('\\0', '\\x1f') + '\\n')\n")
+        ".replace('\\n', ' ').replace('\\0', '\\x1f').replace('\\t', ' ') + '\\t' + "
+        "os.environ.get('PYTEST_CURRENT_TEST', '') + '\\n')\n")
 
 KINDS = [  # (kind, pattern on the command line with its arguments joined by spaces); the first that matches
     ("pytest worker (xdist)", r"-c import sys;exec\(eval\(sys\.stdin\.readline"),
@@ -63,19 +64,32 @@ def kind(cmdline: str) -> str:
     return "other: " + cmdline[:60]
 
 
-def count(log: str) -> collections.Counter:
-    seen: dict[str, str] = {}
+def read(log: str) -> dict:
+    """pid -> (command line, the test that started it: PYTEST_CURRENT_TEST's node id, "" outside a test)."""
+    seen: dict[str, tuple] = {}
     with open(log, encoding="utf-8", errors="replace") as f:
         for line in f:
-            pid, _, cmd = line.rstrip("\n").partition("\t")
-            seen.setdefault(pid, cmd.replace("\x1f", " ").strip())  # a pid once: a .pth can run twice per start
-    return collections.Counter(kind(c) for c in seen.values())
+            pid, cmd, test = (line.rstrip("\n").split("\t") + ["", ""])[:3]
+            # a pid once: a .pth can run twice per start
+            seen.setdefault(pid, (cmd.replace("\x1f", " ").strip(), test.rsplit(" (", 1)[0]))
+    return seen
+
+
+def count(log: str) -> collections.Counter:
+    return collections.Counter(kind(c) for c, _ in read(log).values())
+
+
+def by_test(log: str) -> collections.Counter:
+    """Launches per test (its node id; a process started by another inherits its test)."""
+    return collections.Counter(t or "(outside any test)" for _, t in read(log).values())
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="also write the counts here")
     ap.add_argument("--cwd", default=".", help="run the command in this directory (default: here)")
+    ap.add_argument("--by-test", type=int, default=0, metavar="N",
+                    help="also list the N tests that started the most processes (a pytest command)")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="-- then python's arguments")
     ns = ap.parse_args(argv)
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
@@ -88,7 +102,7 @@ def main(argv: list[str]) -> int:
         with open(hook, "w") as f:
             f.write(HOOK)
         rc = subprocess.call([sys.executable, *args], cwd=ns.cwd, env=dict(os.environ, COUNT_STARTS=log))
-        counts = count(log)
+        counts, tests = count(log), by_test(log)
     finally:
         for p in (hook,):
             if os.path.exists(p):
@@ -98,10 +112,14 @@ def main(argv: list[str]) -> int:
         for k, n in counts.most_common():
             print(f"{n:>8}  {k}")
         print(f"{sum(counts.values()):>8}  total")
+        if ns.by_test:
+            print(f"\n{'launches':>8}  test (the {ns.by_test} that started the most)")
+            for t, n in tests.most_common(ns.by_test):
+                print(f"{n:>8}  {t}")
         if ns.json:
             with open(ns.json, "w") as f:
                 json.dump({"command": args, "cwd": os.path.abspath(ns.cwd), "exit": rc, "counts": dict(counts),
-                           "total": sum(counts.values())}, f, indent=1)
+                           "total": sum(counts.values()), "by_test": dict(tests.most_common())}, f, indent=1)
     finally:
         os.remove(log)
     return rc
