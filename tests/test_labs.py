@@ -43,9 +43,15 @@ def _needs_nodes(path):
 
 def _text(cell) -> str:
     """Everything a cell showed, as text: its streams, its plain-text and (tags stripped) HTML outputs."""
-    parts = []
-    for out in cell.get("outputs", []):
+    parts, outs = [], cell.get("outputs", [])
+    for i, out in enumerate(outs):
         if out.output_type == "stream":
+            # one print may arrive as several stream outputs (the kernel flushes by time, between two of its
+            # writes, on a loaded machine): consecutive pieces of a stream are one text, as a learner sees them
+            before = outs[i - 1] if i else None
+            if before is not None and before.output_type == "stream" and before.name == out.name:
+                parts[-1] += out.text
+                continue
             parts.append(out.text)
         elif out.output_type in ("display_data", "execute_result"):
             data = out.get("data", {})
@@ -187,6 +193,17 @@ def test_lab_runs_and_shows_what_it_teaches(path, clean):
         for pattern in [wanted] if isinstance(wanted, str) else wanted:
             text = _text(cell)
             assert re.search(pattern, text), f"cell {i}: /{pattern}/ not in:\n{text[-2000:]}"
+
+
+def test_a_print_that_arrived_in_pieces_is_read_as_one_line():
+    """A print the kernel flushed in two stream messages is read as the learner sees it, not with a line break
+    between the pieces (lab 14's "samples per rank: [12, 12] | ..." once came as two outputs under load)."""
+    cell = nbformat.v4.new_code_cell("print('samples per rank:', [12, 12])")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="samples per rank:"),
+                    nbformat.v4.new_output("stream", name="stdout", text=" [12, 12]\n"),
+                    nbformat.v4.new_output("stream", name="stderr", text="a warning\n"),
+                    nbformat.v4.new_output("stream", name="stdout", text="more\n")]
+    assert _text(cell) == "samples per rank: [12, 12]\n\na warning\n\nmore\n"
 
 
 def test_every_bug_has_its_lab():
