@@ -42,6 +42,8 @@ KINDS = [  # (kind, pattern on the command line with its arguments joined by spa
     ("pytest", r"(^| )-m pytest|/pytest( |$)"),
     ("zygote", r"sandbox\._zygote|sandbox\.warm"),
     ("jupyter kernel", r"ipykernel_launcher|ipykernel"),
+    ("jupyter kernel's stand-in (the kernel is forked)", r"kernel_zygote\.py kernel"),
+    ("kernel server (forks the labs' kernels)", r"kernel_zygote\.py serve"),
     ("torchrun agent", r"torch\.distributed\.run|/torchrun( |$)"),
     ("torchrun worker (sandbox.trace)", r"-m sandbox\.trace"),
     ("torchrun worker (fr_dump)", r"fr_dump\.py"),

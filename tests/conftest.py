@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import psutil
@@ -118,7 +119,7 @@ def _descendants() -> dict:
     out = {}
     keep = warm.running()
     for c in me.children(recursive=True):
-        if c.pid == keep:
+        if c.pid in (keep, _kernels.get("pid")):
             continue
         try:
             if keep is not None and c.ppid() == keep and "--warm-sibling" in c.cmdline():
@@ -273,16 +274,44 @@ def executed_lab(path: str) -> dict:
         if os.path.exists(done):
             with open(done) as f:
                 return dict(json.load(f), cached=True)
-        with open(os.path.join(base, "kernel.lock"), "w") as klock:
-            fcntl.flock(klock, fcntl.LOCK_EX)
-            jupyter = labs_run.kernelspec(base)  # written under its own lock: two workers must not interleave it
         # its kernel's catalogue runs on the documented ranks are the session's (test_catalogue's, the build's), and
         # its other runs fork from this worker's warm zygote (sandbox.warm.share), not from one of the kernel's own
-        r = labs_run.execute(path, os.path.join(base, name), jupyter, {SHARED_RUNS_ENV: _shared("catalogue-runs"),
-                                                                       warm.SHARE_ENV: shared_zygote()})
+        extra = {SHARED_RUNS_ENV: _shared("catalogue-runs"), warm.SHARE_ENV: shared_zygote()}
+        # the kernel itself is forked from this worker's kernel server (torch, the sandbox and ipykernel imported)
+        r = labs_run.execute(path, os.path.join(base, name), kernel_server(labs_run, extra), extra)
         with open(done, "w") as f:
             json.dump(r, f)
         return dict(r, cached=False)
+
+
+_kernels_lock = threading.Lock()
+_kernels: dict = {}  # this worker's kernel server: {"pid", "jupyter": the JUPYTER_PATH folder of its kernelspec}
+
+
+def kernel_server(labs_run, extra: dict) -> str:
+    """The JUPYTER_PATH folder of a kernelspec (named as the labs' own) whose kernels this worker's kernel server
+    forks (docs/kernel_zygote.py): a lab's kernel costs a fork, not an interpreter that imports torch. Started at
+    the first lab, from a thread that lasts (the server dies with the thread that started it: PR_SET_PDEATHSIG), in
+    the environment every lab's kernel has; it ends with this worker."""
+    with _kernels_lock:  # the lab tests execute labs ahead in threads: one server for them all
+        if not _kernels:
+            _start_kernel_server(labs_run, extra)
+    return _kernels["jupyter"]
+
+
+def _start_kernel_server(labs_run, extra: dict) -> None:
+    kz = docs_module("kernel_zygote")
+    folder = tempfile.mkdtemp(prefix="kernel-server-")
+    sock = os.path.join(folder, "server.sock")
+    env = dict(labs_run.env(), **extra)
+
+    def start():
+        with open(os.path.join(folder, "server.log"), "wb") as log:
+            return subprocess.Popen([sys.executable, kz.__file__, "serve", sock, str(os.getpid())], env=env,
+                                    cwd=labs_run.LABS_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=log, start_new_session=True).pid
+    pid = warm._from_a_lasting_thread(start)
+    _kernels.update(pid=pid, jupyter=kz.kernelspec(os.path.join(folder, "jupyter"), sock, labs_run.KERNEL))
 
 
 def shared_zygote() -> str:
@@ -390,7 +419,8 @@ def visible_gpus() -> int:
 # asks for the two_nodes fixture, a catalogue bug across nodes), run pytest inside pytest.
 # `pytest -m "not slow"` leaves them out for a quick answer while working; the README's command and CI run all.
 SLOW_MODULES = {"test_docs", "test_browser", "test_labs", "test_hygiene", "test_interrupt", "test_torchrun",
-                "test_plugin", "test_warm", "test_readme", "test_flight_offline", "test_torchrun_nodes",
+                "test_kernel_zygote", "test_plugin", "test_warm", "test_readme", "test_flight_offline",
+                "test_torchrun_nodes",
                 # the labs' checks and the build-it-yourself solutions, each on real ranks several times over
                 "test_lab_fixes_core", "test_lab_fixes_primitives", "test_course_ring", "test_course_tp_pp",
                 "test_course_dp_sharding", "test_course_capstone", "test_diagrams", "test_build_it_attempts",
