@@ -91,7 +91,9 @@ def test_the_mistake_is_named_where_it_was_made(runs, name, n, kind, culprits, w
     # an order warning names every rank that made the call: each laid its tensor out its own way, and the run
     # cannot say whose order the others shared
     assert set(culprits) <= set(ranks) and (len(ranks) < n or len(culprits) == n or kind == "data_order"), \
-        (said, res.verdict, res.diagnosis.summary, [(r.rank, r.outcome) for r in res.ranks])
+        (said, res.verdict, res.diagnosis.summary, [(r.rank, r.outcome) for r in res.ranks],
+         {r.rank: ((r.error or {}).get("type"), (r.error or {}).get("message", "")[:300], r.output[-600:])
+          for r in res.ranks if r.outcome != "ok"})  # why a rank failed, where a loaded machine made one fail
     for w in words:
         assert w in said, (w, said)
 
