@@ -14,7 +14,8 @@ server kills a kernel whose stand-in hung up), and a server that dies takes its 
 Where no server answers, or the environment differs in what decides imports (PYTHONPATH, the hash seed), the
 stand-in becomes a plain kernel: `python -m ipykernel_launcher`, as the usual kernelspec starts it.
 
-Only the standard library at the stand-in's start: it is one interpreter start per lab, meant to be short.
+Only the standard library in the stand-in: it is one interpreter start per lab, meant to be short. The server and
+its kernels use the sandbox's own process helpers.
 """
 from __future__ import annotations
 
@@ -45,8 +46,9 @@ def kernelspec(folder: str, sock: str, name: str) -> str:
 
 
 def _plain(argv: list[str], why: str) -> None:
-    """Become a plain kernel, `why` this one is not forked (exec: same pid, so the kernel manager's view stays
-    true)."""
+    """Become a plain kernel, saying `why` this one is not forked on its stderr (exec: same pid, so the kernel
+    manager's view stays true)."""
+    os.write(2, f"kernel_zygote: a plain kernel: {why}\n".encode())
     os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *argv])
 
 
@@ -93,11 +95,9 @@ def _line(sock: socket.socket) -> bytes:
 
 
 def serve(sock_path: str, parent: int) -> None:
-    import ctypes
+    from sandbox._proc import die_with_parent
 
-    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG: end with whoever started us
-    if os.getppid() != parent:
-        os._exit(1)
+    die_with_parent(signal.SIGKILL, parent)  # end with whoever started us
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(sock_path)
     listener.listen(16)  # bound before the imports: a stand-in that comes early waits in the backlog
@@ -125,7 +125,8 @@ def serve(sock_path: str, parent: int) -> None:
                     if pid == 0:
                         listener.close()
                         for c in kernels.values():
-                            c.close()
+                            if c is not None:  # None: a kernel killed, not reaped yet
+                                c.close()
                         conn.close()
                         _kernel(ask, fds, os.getppid())
                     kernels[pid] = conn
@@ -158,13 +159,12 @@ def serve(sock_path: str, parent: int) -> None:
 def _kernel(ask: dict, fds: list[int], server: int) -> None:
     """In the forked child: become the kernel the stand-in asked for, with its stdio, cwd and environment."""
     import atexit
-    import ctypes
+
+    from sandbox._proc import die_with_parent
 
     code = 1
     try:
-        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # the server's end is ours
-        if os.getppid() != server:
-            os._exit(1)
+        die_with_parent(signal.SIGKILL, server)  # the server's end is ours
         for s in RELAYED + (signal.SIGCHLD,):
             signal.signal(s, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -95,6 +95,9 @@ def test_a_stand_in_killed_outright_takes_its_kernel(clean, server):
     with started(jupyter, dict(os.environ, PYTHONPATH=ROOT)) as (km, kc, _):
         pid = int(said(kc, ASK)[0].split()[0])
         os.kill(km.provisioner.process.pid, signal.SIGKILL)
+        # a kernel asked for meanwhile, while the killed one may not be reaped yet, is forked and runs as well
+        with started(jupyter, dict(os.environ, PYTHONPATH=ROOT)) as (_, kc2, _):
+            assert said(kc2, "print(6 * 7)")[0] == "42\n"
         assert wait_for(lambda: gone(pid), "the kernel to end with its stand-in", timeout=30)
 
 
