@@ -72,44 +72,49 @@ def _tagged(nb, tag):
     return _text(cells[0])
 
 
-AHEAD = 4  # labs executed beside the test's own: the 29 lab tests on one worker took 136-137 s with 4, 160-167 s
-# with 2 (two runs each, alone on 2 cores)
+AHEAD = 4  # labs executed beside the test's own: the 29 lab tests on one worker took 136-137 s with 4 ahead, 160-167 s
+# with 2 (two runs each, alone on 2 cores), each test then waiting for its batch
 
 
-def _execute(path):
+def _execute(path, selected=()):
     """The lab executed in a real kernel, once per test run (tests/conftest.py, `executed_lab`: the docs build renders
     the same executed copy): the notebook with its outputs, and the seconds its execution took.
 
-    Meanwhile the next AHEAD labs that nobody has started are executed beside it, and waited for before this test
-    ends (the `clean` check sees nothing of them): a lab leaves its cores idle for much of its run (ranks waiting in
-    a hang, a timeout, a restart), and the lab tests all land on one worker (they come first, in its share of the
-    tests), so without this one kernel at a time would run beside the other worker's tests. A later lab test finds its copy."""
-    import concurrent.futures
+    Meanwhile up to AHEAD labs of `selected` (the lab tests this session runs) that nobody has started are executed
+    beside it, a new one as soon as one ends, until none is left; the test waits for them all before it ends (the
+    `clean` check sees nothing of them). A lab leaves its cores idle for much of its run (ranks waiting in a hang, a
+    timeout, a restart), and the lab tests all land on one worker (they come first, in its share of the tests), so
+    without this one kernel at a time would run beside the other worker's tests. The first lab test of a session
+    thus executes them all, and each later one finds its copy."""
+    import concurrent.futures as cf
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=AHEAD, thread_name_prefix="lab-ahead") as pool:
-        later = []
-        for _ in range(AHEAD):
-            ahead = _unstarted_after(path, skip=later)
-            if ahead is None:
-                break
-            later.append(ahead)
-        futures = [pool.submit(executed_lab, p) for p in later]
-        r = executed_lab(path)
-        for f in futures:
-            f.result()  # its own test asserts on it
+    with cf.ThreadPoolExecutor(max_workers=AHEAD + 1, thread_name_prefix="lab-ahead") as pool:
+        own = pool.submit(executed_lab, path)
+        running, started = {own}, [path]
+        while running:
+            while len(running) <= AHEAD:
+                ahead = _unstarted_after(path, selected, skip=started)
+                if ahead is None:
+                    break
+                started.append(ahead)
+                running.add(pool.submit(executed_lab, ahead))
+            done, running = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for f in done:
+                f.result()  # a lab's failure is in its result, which its own test asserts on
+        r = own.result()
     assert r["rc"] == 0, f"{_name(path)} failed to execute:\n{r['stderr']}"
     return nbformat.read(r["dest"], as_version=4), r["seconds"]
 
 
-def _unstarted_after(path, skip=()):
-    """The first lab after `path` (in ORDER, then from the start), not in `skip`, that no worker has executed or is
-    executing."""
+def _unstarted_after(path, among, skip=()):
+    """The first lab of `among` after `path` (in ORDER, then from the start), not in `skip`, that no worker has
+    executed or is executing."""
     import fcntl
 
     base = lab_cache()
     i = ORDER.index(path)
     for p in ORDER[i + 1:] + ORDER[:i]:
-        if p in skip:
+        if p in skip or p not in among:
             continue
         name = os.path.basename(p)
         if os.path.exists(os.path.join(base, name + ".json")):
@@ -156,13 +161,16 @@ ORDER = LABS[::-1]
 
 
 @pytest.mark.parametrize("path", ORDER, ids=[_name(p) for p in ORDER])
-def test_lab_runs_and_shows_what_it_teaches(path, clean):
-    if _needs_nodes(path):
-        from sandbox import nodes
-        ok, why = nodes.available()
-        if not ok:
-            pytest.skip(why)
-    nb, seconds = _execute(path)
+def test_lab_runs_and_shows_what_it_teaches(path, clean, request):
+    from sandbox import nodes
+
+    ok, why = nodes.available() if _needs_nodes(path) else (True, "")
+    if not ok:
+        pytest.skip(why)
+    selected = {item.callspec.params["path"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_lab_runs_and_shows_what_it_teaches"}
+    selected = {p for p in selected if not _needs_nodes(p) or nodes.available()[0]}  # the others skip
+    nb, seconds = _execute(path, selected)
     print(f"\n{_name(path)}: {seconds:.1f} s")
     slugs = _slugs(nb)
     for slug in slugs:  # a bug lab (its cells tagged per bug where it walks through several)
