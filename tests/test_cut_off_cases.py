@@ -5,7 +5,8 @@ connecting to it. If that rank is cut off, the others wait for it in a later cal
 collective of the group): the run is `left_early`, naming the ranks that finished, not "rank 0 never arrives" (it
 made every call it had to). Under plain torchrun none of f1-f5 failed in 10 runs each; under the sandbox on this
 machine f1 failed 2 times in 40 and f3 once, and those runs are recorded (tests/traces/left_connecting_driver_*,
-judged in test_diagnose_unit). Here each program runs once: a faulty one finishes or is named so; the twins pass;
+judged in test_diagnose_unit); f4 failed 2 times in 128 at 8 runs at once beside three busy loops, rank 0 cut off
+in its first new_group, once called a group mismatch (tests/traces/left_connecting_new_group_*). Here each program runs once: a faulty one finishes or is named so; the twins pass;
 the negatives, a member that skips the group's collective (n1) and a rank that raises its own error (n2), keep
 their own diagnosis."""
 import concurrent.futures

@@ -88,3 +88,27 @@ def test_ranks_that_finished_while_another_connected_are_named():
                                   Rank(1, 2).init(err=PEER).failed())
     assert (kind, culprits) == ("left_early", [0]), said
     assert "Rank 1 failed in init_process_group" in said and "closed its side" in said, said
+
+
+def test_a_rank_cut_off_in_a_new_group_never_made_the_next_one_and_that_is_no_group_mismatch():
+    """The class of tests/data/cut_off/f4 (recorded: tests/traces/left_connecting_new_group_*): rank 3, the driver,
+    makes both groups and leaves while rank 0 is still connecting in the first ([0, 3]); rank 0 fails there, and
+    ranks 1 and 2 wait for it in the second. Rank 0 never made the second group because it was cut off, not because
+    it created groups otherwise: rank 3 left early."""
+    kind, culprits, said = _judge(Rank(0, 4).init().new_group([0, 3], err=PEER).failed(),
+                                  Rank(1, 4).init().new_group([0, 3]).new_group([0, 1, 2], stay=True),
+                                  Rank(2, 4).init().new_group([0, 3]).new_group([0, 1, 2], stay=True),
+                                  Rank(3, 4).init().new_group([0, 3]).new_group([0, 1, 2])
+                                  .call("destroy_process_group").ok())
+    assert (kind, culprits) == ("left_early", [3]), said
+
+
+def test_groups_made_otherwise_before_a_rank_was_cut_off_are_still_a_group_mismatch():
+    """Rank 0 creates the workers' group first, where the others create the control group first, and fails in it
+    as rank 3 leaves: its groups up to there still count, and they differ at the first."""
+    kind, culprits, said = _judge(Rank(0, 4).init().new_group([0, 1, 2], err=PEER).failed(),
+                                  Rank(1, 4).init().new_group([0, 3]).new_group([0, 1, 2], stay=True),
+                                  Rank(2, 4).init().new_group([0, 3]).new_group([0, 1, 2], stay=True),
+                                  Rank(3, 4).init().new_group([0, 3]).new_group([0, 1, 2])
+                                  .call("destroy_process_group").ok())
+    assert (kind, culprits) == ("group_mismatch", [0]), said

@@ -8,8 +8,8 @@ local work, or the group's broadcast root sends and leaves, or a rank outside a 
 lets the fast ranks destroy their groups and exit while a slower rank is still reading from their side of a pair:
 that rank's call fails ("Connection closed by peer") or waits for a peer that is gone. It happens under plain
 torchrun too, on a loaded machine. Named after the init and group mismatch rules (ranks that made other groups may
-leave others connecting too); the ranks cut off in init are left out of the group rule (`cut_off_in_init`), and the
-ones cut off anywhere are excused from the missing-ranks rule (`victims`), where a rank skipped a later call.
+leave others connecting too); the group rule compares the ranks cut off only on the groups they made before, and
+the missing-ranks rule excuses them where a rank skipped a later call (`victims`, for both).
 """
 from __future__ import annotations
 
@@ -80,12 +80,6 @@ def victims(tracks: dict[int, RankTrack], outcomes: dict[int, str] | None = None
         if left:
             out[r] = left
     return out
-
-
-def cut_off_in_init(tracks: dict[int, RankTrack], outcomes: dict[int, str] | None = None) -> set[int]:
-    """The victims cut off in init_process_group: they made no group at all (the group rule leaves them out; one
-    cut off in new_group entered it, and its groups stand)."""
-    return {r for r in victims(tracks, outcomes) if _connecting_call(tracks[r])["op"] == "init_process_group"}
 
 
 def _a_consequence(t: RankTrack, leavers: list[int], tracks: dict[int, RankTrack]) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from sandbox import words
 from sandbox.diagnose import framework, hosts
-from sandbox.diagnose.connect import cut_off_in_init, left_while_connecting, victims
+from sandbox.diagnose.connect import left_while_connecting, victims
 from sandbox.diagnose.hang import busy_at_timeout, missing
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -36,8 +36,8 @@ def diagnose_failure(tracks: dict[int, RankTrack], outcomes: dict[int, str]) -> 
                              f" {t.rank}: {e['message'][:400]}", culprit_ranks=[t.rank], site=e.get("site"),
                              details={"torch_says": e["message"][:600]})
     # the group rule first (ranks that made other groups may also leave others connecting), with the ranks cut off
-    # in init_process_group left out of it (they made no group), then the ranks that left while others connected
-    d = (group_mismatch(tracks, strict=True, excused=cut_off_in_init(tracks, outcomes))
+    # while connecting compared only on the groups they made before, then the ranks that left while others connected
+    d = (group_mismatch(tracks, strict=True, excused=set(victims(tracks, outcomes)))
          if any(t.new_groups for t in tracks.values()) else None)
     if d is not None:
         return d

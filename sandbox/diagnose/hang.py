@@ -11,7 +11,7 @@ import re
 from sandbox import _paths, branches, words
 from sandbox.calls import is_collective, op_of, p2p_direction
 from sandbox.diagnose import cycles, framework, hosts, origins, positions
-from sandbox.diagnose.connect import cut_off_in_init, left_while_connecting, victims
+from sandbox.diagnose.connect import left_while_connecting, victims
 from sandbox.diagnose.mismatch import bucket_mismatch, group_mismatch, init_mismatch
 from sandbox.diagnose.progress import new_group_members, p2p_cycle, progress_possible
 from sandbox.diagnose.sharding import fsdp_uneven, fsdp_words
@@ -151,7 +151,7 @@ def diagnose_hang(tracks: dict[int, RankTrack]) -> Diagnosis:
     pend = {r: blocked_call(t) for r, t in tracks.items() if blocked_call(t) is not None}
     for finder in (lambda: hosts.loopback_rendezvous(tracks), lambda: hosts.duplicate_rank(tracks),
                    lambda: init_mismatch(tracks),
-                   lambda: group_mismatch(tracks, strict=True, excused=cut_off_in_init(tracks)),
+                   lambda: group_mismatch(tracks, strict=True, excused=set(victims(tracks))),
                    lambda: left_while_connecting(tracks),
                    lambda: framework.uneven_steps(tracks, pend), lambda: framework.left_the_loop(tracks, pend),
                    lambda: framework.bucket_without_partner(tracks, pend),

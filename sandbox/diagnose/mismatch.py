@@ -49,16 +49,18 @@ def init_mismatch(tracks) -> Diagnosis | None:
 
 
 def group_mismatch(tracks, strict: bool, excused=()) -> Diagnosis | None:
-    """Ranks that created different groups, or in another order. `excused`: ranks cut off in init_process_group as
-    peers that had got through it left (`connect.cut_off_in_init`): they made no group, not other ones."""
+    """Ranks that created different groups, or in another order. `excused`: ranks cut off while connecting, in
+    init_process_group or a new_group, as peers that had got through it left (`connect.victims`): their groups end
+    where they were cut off, so a later group they never reached is not one they created otherwise (cut off in
+    init_process_group, they made none)."""
     hist = {r: [tuple(g["ranks"]) if isinstance(g.get("ranks"), list) else ("all",) for g in t.new_groups
                 if not g.get("local_sync")]  # groups made with use_local_synchronization involve only members
-            for r, t in tracks.items() if (t.hello is not None or t.events) and r not in excused}
+            for r, t in tracks.items() if t.hello is not None or t.events}
     if not hist:
         return None
     longest = max(len(h) for h in hist.values())
     for k in range(longest):
-        at = {r: (h[k] if k < len(h) else None) for r, h in hist.items()}
+        at = {r: (h[k] if k < len(h) else None) for r, h in hist.items() if k < len(h) or r not in excused}
         camps: dict = {}
         for r, g in at.items():
             camps.setdefault(g, []).append(r)
