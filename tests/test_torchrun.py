@@ -120,10 +120,13 @@ def test_one_node_hang(tmp_path):
 def test_a_worker_whose_peer_died_leaves_its_stack_where_its_call_failed(tmp_path):
     """torchrun ends its workers one after another (each in a session of its own), so a rank blocked on a peer that
     went first sees its call fail and leaves it before its own SIGTERM comes: the stack it leaves is the one taken
-    when its call raised, at the line it was stuck on. Here rank 0 dies while rank 1 waits in recv from it."""
+    when its call raised, at the line it was stuck on. Here rank 0 dies while rank 1 waits in recv from it. The
+    barrier first: without it rank 0 could leave while rank 1 was still connecting in init_process_group, whose
+    call then fails instead (gloo's init returns on each rank once its own pairs are made)."""
     script = tmp_path / "dies.py"
     script.write_text("import os\nimport torch\nimport torch.distributed as dist\n"
                       "dist.init_process_group('gloo')\n"
+                      "dist.barrier()\n"
                       "if dist.get_rank() == 0:\n    os._exit(3)\n"
                       "dist.recv(torch.zeros(1), src=0)  # waits for rank 0\n")
     trace_dir = tmp_path / "traces"
@@ -131,7 +134,7 @@ def test_a_worker_whose_peer_died_leaves_its_stack_where_its_call_failed(tmp_pat
     out, _ = p.communicate(timeout=120)
     assert p.returncode != 0, out
     stack = open(trace_dir / "stack-1.txt").read()
-    assert 'dies.py", line 7' in stack, (stack, out[-3000:])
+    assert 'dies.py", line 8' in stack, f"stack-1.txt:\n{stack}\n--- torchrun's output:\n{out[-3000:]}"
     assert leftovers() == []
 
 
