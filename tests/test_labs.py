@@ -72,8 +72,8 @@ def _tagged(nb, tag):
     return _text(cells[0])
 
 
-AHEAD = 4  # labs executed beside the test's own: the 29 lab tests on one worker took 136-137 s with 4 ahead, 160-167 s
-# with 2 (two runs each, alone on 2 cores), each test then waiting for its batch
+AHEAD = 4  # labs executing beside the test's own, a rolling window: the 29 lab tests on one worker took 98 s (alone on
+# 2 cores; 136-137 s with batches of 4 that each test waited out, 160-167 s with batches of 2)
 
 
 def _execute(path, selected=()):
