@@ -49,7 +49,7 @@ rank = dist.get_rank()
 t = torch.ones(1)
 dist.barrier()
 if rank == 0:
-    time.sleep(0.1)  # some compute: rank 1 is usually in its recv by now
+    time.sleep(0.2)  # some compute: rank 1 is usually in its recv by now
     {send}
 else:
     dist.recv(t, src=0)
@@ -265,7 +265,7 @@ def isend_race():
     t = torch.ones(1)
     dist.barrier()
     if dist.get_rank() == 0:
-        time.sleep(0.1)
+        time.sleep(0.2)
         w = dist.isend(t, dst=1)
         t += 100
         w.wait()
@@ -299,7 +299,7 @@ def test_race():
     t = torch.ones(1)
     dist.barrier()
     if dist.get_rank() == 0:
-        time.sleep(0.1)
+        time.sleep(0.2)
         w = dist.isend(t, dst=1)
         t += 100
         w.wait()
