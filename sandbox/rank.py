@@ -23,6 +23,14 @@ from sandbox.topology import Topology
 from sandbox.trace import perturb, recorder
 
 _prepared: dict = {}
+# the script whose __main__ is being imported (in the zygote) to find the function the ranks run: its top-level code
+# runs then, and a launch it makes there, without `if __name__ == "__main__":`, would start runs within runs
+IMPORTING_MAIN: list[str] = []
+
+
+class TopLevelLaunch(Exception):
+    """A launch made by the top-level code of a script that is being imported to find a rank's function (raised by
+    sandbox.launcher; the zygote hands its sentence to the launcher, which raises it as the user's mistake)."""
 
 
 def _resolve(target: dict):
@@ -34,7 +42,11 @@ def _resolve(target: dict):
             spec = importlib.util.spec_from_file_location("__sandbox_main__", path)
             mod = importlib.util.module_from_spec(spec)
             sys.modules["__sandbox_main__"] = mod
-            spec.loader.exec_module(mod)  # its `if __name__ == "__main__"` block does not run
+            IMPORTING_MAIN.append(path)  # a launch its top level makes now is refused (sandbox.launcher)
+            try:
+                spec.loader.exec_module(mod)  # its `if __name__ == "__main__"` block does not run
+            finally:
+                IMPORTING_MAIN.pop()
             sys.modules["__main__"] = mod  # so arguments pickled as __main__.Cfg find their class
     else:
         mod = importlib.import_module(target["module"])

@@ -57,6 +57,11 @@ def run(spec_path: str, parent: int, launcher: int | None = None) -> None:
         prepare(spec)  # the user's module imported once, before the fork, so ranks share it
     except BaseException as e:  # noqa: BLE001  reported to the parent as the run's failure
         import traceback
+
+        from sandbox import rank as rank_mod
+        if isinstance(e, rank_mod.TopLevelLaunch):  # the program's shape, not the run: the launcher raises it
+            say(fatal=str(e), usage=True)
+            return
         say(fatal=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-6000:])
         return
     info["preloaded"] = [m for m in preload.PRELOAD if m in sys.modules]
