@@ -1,5 +1,6 @@
 import atexit
 import contextlib
+import concurrent.futures
 import ctypes
 import fcntl
 import glob
@@ -145,6 +146,27 @@ def leftovers(grace: float = GRACE_S) -> list:
         if not out or time.monotonic() >= deadline:
             return list(out.values())
         time.sleep(0.02)
+
+
+def case_header(path: str) -> dict:
+    """A blind-written case program's header lines (`# world: W`, `# kind: K`, `# culprits: 1,2` or `none`)."""
+    got = dict(re.findall(r"^# (\w+): (.*)$", open(path).read(), re.M))
+    culprits = got["culprits"].strip()
+    return {"world": int(got["world"]), "kind": got["kind"].strip(),
+            "culprits": [] if culprits == "none" else [int(x) for x in culprits.split(",")]}
+
+
+def run_cases(folder: str, names: list[str]) -> dict:
+    """{name: RunResult} of folder/NAME.py on its header's world size, three at a time; nothing left after."""
+    from sandbox import run_script
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {name: pool.submit(run_script, os.path.join(folder, name + ".py"),
+                                     world_size=case_header(os.path.join(folder, name + ".py"))["world"], timeout=90)
+                   for name in names}
+        done = {name: f.result() for name, f in futures.items()}
+    assert leftovers() == []
+    return done
 
 
 def raced(res) -> bool:

@@ -6,18 +6,15 @@ collective of the group): the run is `left_early`, naming the ranks that finishe
 made every call it had to). Under plain torchrun none of f1-f5 failed in 10 runs each; under the sandbox on this
 machine f1 failed 2 times in 40 and f3 once, and those runs are recorded (tests/traces/left_connecting_driver_*,
 judged in test_diagnose_unit); f4 failed 2 times in 128 at 8 runs at once beside three busy loops, rank 0 cut off
-in its first new_group, once called a group mismatch (tests/traces/left_connecting_new_group_*). Here each program runs once: a faulty one finishes or is named so; the twins pass;
-the negatives, a member that skips the group's collective (n1) and a rank that raises its own error (n2), keep
-their own diagnosis."""
-import concurrent.futures
+in its first new_group, once called a group mismatch (tests/traces/left_connecting_new_group_*). Here each program
+runs once: a faulty one finishes or is named so; the twins pass; the negatives, a member that skips the group's
+collective (n1) and a rank that raises its own error (n2), keep their own diagnosis."""
 import glob
 import os
-import re
 
 import pytest
 
-from conftest import leftovers, raced
-from sandbox import run_script
+from conftest import case_header, raced, run_cases
 
 pytestmark = pytest.mark.slow  # real runs of 9 programs
 
@@ -26,20 +23,12 @@ PROGRAMS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(CASES
 
 
 def header(name: str) -> dict:
-    got = dict(re.findall(r"^# (\w+): (.*)$", open(os.path.join(CASES, name + ".py")).read(), re.M))
-    culprits = got["culprits"].strip()
-    return {"world": int(got["world"]), "kind": got["kind"].strip(),
-            "culprits": [] if culprits == "none" else [int(x) for x in culprits.split(",")]}
+    return case_header(os.path.join(CASES, name + ".py"))
 
 
 @pytest.fixture(scope="module")
 def runs():
-    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {name: pool.submit(run_script, os.path.join(CASES, name + ".py"), world_size=header(name)["world"],
-                                     timeout=90) for name in PROGRAMS}
-        done = {name: f.result() for name, f in futures.items()}
-    assert leftovers() == []
-    return done
+    return run_cases(CASES, PROGRAMS)
 
 
 def test_the_set_is_there():

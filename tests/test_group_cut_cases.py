@@ -9,52 +9,38 @@ Each program runs once, three at a time; a failing one must be named with its he
 whose code must change), a correct one must finish without a warning. A run that ended in the start-up race a
 program leaves open (`raced`: a rank cut off while connecting, which plain torchrun also shows on a loaded machine)
 is the one other answer a failing program may get."""
-import concurrent.futures
 import glob
 import os
-import re
 
 import pytest
 
-from conftest import leftovers, raced
-from sandbox import run_script
+from conftest import case_header, raced, run_cases
 
 pytestmark = pytest.mark.slow  # real runs of the set's programs
 
 CASES = os.path.join(os.path.dirname(__file__), "data", "group_cut")
-PROGRAMS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(CASES, "*.py")))
-
-
-def header(name: str) -> dict:
-    got = dict(re.findall(r"^# (\w+): (.*)$", open(os.path.join(CASES, name + ".py")).read(), re.M))
-    culprits = got["culprits"].strip()
-    return {"world": int(got["world"]), "kind": got["kind"].strip(),
-            "culprits": [] if culprits == "none" else [int(x) for x in culprits.split(",")]}
+HEADERS = {os.path.basename(p)[:-3]: case_header(p) for p in sorted(glob.glob(os.path.join(CASES, "*.py")))}
+FAILING = [name for name, h in HEADERS.items() if h["kind"] != "none"]
 
 
 @pytest.fixture(scope="module")
 def runs():
-    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {name: pool.submit(run_script, os.path.join(CASES, name + ".py"), world_size=header(name)["world"],
-                                     timeout=90) for name in PROGRAMS}
-        done = {name: f.result() for name, f in futures.items()}
-    assert leftovers() == []
-    return done
+    return run_cases(CASES, list(HEADERS))
 
 
 def test_the_set_is_there():
-    assert len(PROGRAMS) >= 8 and sum(header(p)["kind"] == "none" for p in PROGRAMS) >= 2, PROGRAMS
+    assert len(HEADERS) >= 8 and len(HEADERS) - len(FAILING) >= 2, HEADERS
 
 
-@pytest.mark.parametrize("name", [p for p in PROGRAMS if header(p)["kind"] != "none"])
+@pytest.mark.parametrize("name", FAILING)
 def test_a_failing_program_is_named_with_its_kind_and_the_ranks_that_diverged(runs, name):
-    res, h = runs[name], header(name)
+    res, h = runs[name], HEADERS[name]
     got = (res.diagnosis.kind, res.diagnosis.culprit_ranks)
     assert not res.ok, res.diagnosis.summary
     assert got == (h["kind"], h["culprits"]) or raced(res), (got, h, res.diagnosis.summary)
 
 
-@pytest.mark.parametrize("name", [p for p in PROGRAMS if header(p)["kind"] == "none"])
+@pytest.mark.parametrize("name", [name for name in HEADERS if name not in FAILING])
 def test_a_correct_program_passes_with_no_warning(runs, name):
     res = runs[name]
     assert res.ok and res.warnings == [], (res.diagnosis.summary, [w.summary for w in res.warnings])
