@@ -59,16 +59,6 @@ def _func_target(fn: Callable) -> dict:
     return target
 
 
-def _refused_while_importing_main(what: str) -> None:
-    """A launch made by a script's top-level code while the ranks import that script to find their function (as
-    multiprocessing's spawn imports it): that launch would start runs within runs."""
-    rank = sys.modules.get("sandbox.rank")
-    importing = getattr(rank, "IMPORTING_MAIN", None)
-    if importing:
-        raise rank.TopLevelLaunch(f"{what} was called at the top level of {importing[-1]}, which the ranks import "
-                                  f"to find the function they run: put that call under `if __name__ == \"__main__\":`.")
-
-
 def launch(fn: Callable, world_size: int = 4, args: tuple = (), kwargs: dict | None = None, *,
            code_file: str | None = None, explore: int | None = None, explore_all: bool = False,
            replay: int | None = None, **options):
@@ -81,7 +71,6 @@ def launch(fn: Callable, world_size: int = 4, args: tuple = (), kwargs: dict | N
     this process's warm zygote unless `warm=False`."""
     import cloudpickle
 
-    _refused_while_importing_main("launch()")
     target = _func_target(fn)
     if code_file or "fn_bytes" in target:
         target["code_file"] = code_file or _paths.code_file(fn)
@@ -114,5 +103,4 @@ def _explored(target: dict, world_size: int, k: int | None, every: bool, seed: i
 def run_script(path: str, argv: list[str] | tuple = (), world_size: int = 4, module: bool = False,
                **options) -> RunResult:
     """Run a script (or with module=True a module, like `python -m`) as `world_size` ranks, torchrun-style."""
-    _refused_while_importing_main("run_script()")
     return Run(script_target(path, argv, module), world_size, **options).run()

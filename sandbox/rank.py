@@ -29,8 +29,8 @@ IMPORTING_MAIN: list[str] = []
 
 
 class TopLevelLaunch(Exception):
-    """A launch made by the top-level code of a script that is being imported to find a rank's function (raised by
-    sandbox.launcher; the zygote hands its sentence to the launcher, which raises it as the user's mistake)."""
+    """A run started by the top-level code of a script that is being imported to find a rank's function (raised by
+    sandbox._run.lifecycle; the zygote hands its sentence to the launcher, which raises it as the user's mistake)."""
 
 
 def _resolve(target: dict):
@@ -42,7 +42,7 @@ def _resolve(target: dict):
             spec = importlib.util.spec_from_file_location("__sandbox_main__", path)
             mod = importlib.util.module_from_spec(spec)
             sys.modules["__sandbox_main__"] = mod
-            IMPORTING_MAIN.append(path)  # a launch its top level makes now is refused (sandbox.launcher)
+            IMPORTING_MAIN.append(path)  # a run its top level starts now is refused (sandbox._run.lifecycle)
             try:
                 spec.loader.exec_module(mod)  # its `if __name__ == "__main__"` block does not run
             finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import tempfile
 import time
 
@@ -27,6 +28,17 @@ from sandbox.topology import Topology
 log = logging.getLogger("sandbox.launcher")
 
 
+def refused_at_import() -> None:
+    """A run started by the top-level code of a script while the ranks import that script to find their function
+    (as multiprocessing's spawn imports it; `sandbox.rank.IMPORTING_MAIN`) would start runs within runs: refused,
+    whichever door it came through. The zygote hands the sentence to the launcher that asked, which raises it."""
+    rank = sys.modules.get("sandbox.rank")
+    importing = getattr(rank, "IMPORTING_MAIN", None)
+    if importing:
+        raise rank.TopLevelLaunch(f"a run was started at the top level of {importing[-1]}, which the ranks import to "
+                                  f"find the function they run: put that call under `if __name__ == \"__main__\":`.")
+
+
 class Lifecycle(Watching, Stopping, Assembling):
     """The state a run's steps share. A door (`sandbox._run.Run`, `sandbox.agents.AgentsRun`) checks its options,
     then sets `self.procs`, its backend; `run()` does the rest.
@@ -39,6 +51,7 @@ class Lifecycle(Watching, Stopping, Assembling):
 
     def __init__(self, *, topology: Topology, hang_after: float, timeout: float, trace_dir: str | None,
                  node_options: dict | None = None, faults=()):
+        refused_at_import()  # before anything of the run exists
         self.topology, self.n = topology, topology.world_size
         self.settings = policy.Settings(hang_after=float(hang_after), timeout=float(timeout))
         self.owns_dir = trace_dir is None
