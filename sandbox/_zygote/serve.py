@@ -9,7 +9,7 @@ import socket
 from multiprocessing.connection import Connection
 
 from sandbox import defaults, preload
-from sandbox._proc import die_with_parent, report_failure
+from sandbox._proc import die_with_parent, huge_pages, report_failure
 from sandbox._zygote import common
 from sandbox._zygote.common import (SIBLINGS, WARM_CHILDREN, WARM_SIBLINGS, ending, pid_alive, run_environment,
                                     signals_to_main_thread)
@@ -37,6 +37,7 @@ def serve(control: socket.socket) -> None:
     serves other processes' launchers too: each connects there and asks as above; their runs end with them."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # runs are reaped by the kernel: no zombies to collect
     needed = False  # has a run needed the preload? Until one has, none is imported: a notebook may never need it
+    paged = False  # is the memory the runs fork from in huge pages (`huge_pages`)? Done when idle, after the imports
     listener: socket.socket | None = None
     others: list[socket.socket] = []  # the other launchers' connections, accepted on `listener`
     while True:
@@ -46,6 +47,10 @@ def serve(control: socket.socket) -> None:
             # place; as for torch, a thread started inside must leave SIGTERM to the main thread
             with signals_to_main_thread():
                 preload.run()
+            paged = False
+        if not paged and not select.select(asking, [], [], 0)[0]:
+            huge_pages()
+            paged = True
         try:
             ready = select.select(asking, [], [])[0]
         except InterruptedError:  # a signal; select is retried

@@ -12,7 +12,7 @@ import sys
 from multiprocessing.connection import Connection
 
 from sandbox import defaults, preload
-from sandbox._proc import EARLY_EXIT, die_with_parent, report_failure
+from sandbox._proc import EARLY_EXIT, die_with_parent, huge_pages, report_failure
 from sandbox._zygote.common import pid_alive, run_environment, signals_to_main_thread
 from sandbox._zygote.run import fork_ranks, prepare, reap
 from sandbox.nodes import Node
@@ -67,10 +67,15 @@ def serve_siblings(control: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     me = os.getpid()
     needed = False  # as its warm zygote: no preload until a run has needed it (that run's own zygote imports it)
+    paged = False  # as its warm zygote: the memory its runs fork from in huge pages when idle
     while True:
         if needed and preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
             with signals_to_main_thread():
                 preload.run()
+            paged = False
+        if not paged and not select.select([control], [], [], 0)[0]:
+            huge_pages()
+            paged = True
         try:
             msg, fds, _, _ = socket.recv_fds(control, 65536, 1)
         except InterruptedError:
