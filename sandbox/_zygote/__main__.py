@@ -10,7 +10,7 @@ import sys
 from sandbox import defaults
 from sandbox._proc import die_with_parent
 from sandbox._zygote import common
-from sandbox._zygote.common import SIBLINGS, WARM_SIBLINGS, ending, signals_to_main_thread
+from sandbox._zygote.common import SIBLINGS, WARM_SIBLINGS, ending, import_shared
 from sandbox._zygote.run import run
 from sandbox._zygote.serve import end_warm, serve
 from sandbox._zygote.siblings import sibling_main, start_siblings
@@ -43,13 +43,7 @@ def main() -> None:
     if os.environ.get(defaults.HASH_SEED_LIST_ENV):  # the schedule's seed is read: the ranks get the run's env
         os.environ.pop("PYTHONHASHSEED", None)
 
-    with signals_to_main_thread():
-        import torch  # noqa: F401  the one import of torch that every rank shares
-        import torch.distributed  # noqa: F401
-
-        from sandbox import trace
-
-        trace.install()
+    import_shared()  # the one import of torch that every rank shares
     if warm:
         serve(control)
     else:

@@ -13,7 +13,7 @@ from multiprocessing.connection import Connection
 
 from sandbox import defaults, preload
 from sandbox._proc import EARLY_EXIT, die_with_parent, huge_pages, report_failure
-from sandbox._zygote.common import pid_alive, run_environment, signals_to_main_thread
+from sandbox._zygote.common import import_shared, pid_alive, run_environment, signals_to_main_thread
 from sandbox._zygote.run import fork_ranks, prepare, reap
 from sandbox.nodes import Node
 
@@ -48,13 +48,7 @@ def sibling_main(warm: bool) -> None:
     fd = int(os.environ.pop("SANDBOX_SIBLING_FD"))
     os.environ.pop("PYTHONHASHSEED", None)  # read at start; the ranks' environment is the run's, as the first's
     die_with_parent(signal.SIGKILL, parent)  # its ranks die with it (theirs is SIGKILL too)
-    with signals_to_main_thread():
-        import torch  # noqa: F401  this seed's one import of torch
-        import torch.distributed  # noqa: F401
-
-        from sandbox import trace
-
-        trace.install()
+    import_shared()  # this seed's one import of torch
     if warm:
         serve_siblings(socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=fd))
     else:
