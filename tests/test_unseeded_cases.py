@@ -26,6 +26,13 @@ def runs():
         futures = {name: pool.submit(run_script, os.path.join(CASES, name + ".py"), world_size=n, timeout=90)
                    for name, n in todo}
         done = {name: f.result() for name, f in futures.items()}
+        # A faulty program's failure is itself a draw: u2's 4 ranks each keep Binomial(400, 0.8) samples, and when
+        # all 4 counts give the same number of batches (0.39% of runs: the sum over m of P(m batches)^4) it passes
+        # under torchrun too. A faulty run that passed is drawn once more, as torchrun would be run again; both
+        # passing (1.5e-5 for u2, nil for u1 and u3) is a sandbox whose ranks draw alike.
+        for name, n in todo[:-1]:
+            if done[name].ok:
+                done[name] = run_script(os.path.join(CASES, name + ".py"), world_size=n, timeout=90)
     assert leftovers() == []
     return done
 
