@@ -80,10 +80,10 @@ def huge_pages() -> int:
     """Back this process's writable private memory (the heap, anonymous maps) with 2 MiB pages where Linux can, best
     effort; the bytes it tried. For a warm zygote, which forks every run and each run's ranks from the same memory
     (torch imported: about 150 MB of heap and anonymous maps on x86-64): a fork copies one page-table entry per 4 KiB
-    page it maps, and the child's exit frees them, where a huge page is one entry until a write splits it. Measured
-    with torch 2.13 on 2 cores: a fork and exit cost 9.5 ms of CPU, 4.3 ms after this (which took 0.35 s, once).
-    Elsewhere (an older kernel, not Linux) the call fails and nothing changes; SANDBOX_HUGE_PAGES=0 turns it off
-    (`benchmarks/huge_pages.py` compares the two)."""
+    page it maps, and the child's exit frees them, where a huge page is one entry until a write splits it. With
+    torch 2.13 on 2 cores this took 0.35 s, once, and a warm 4-rank run after it cost 0.86 of the CPU it cost
+    before (`benchmarks/huge_pages.py`, docs/performance.md). Elsewhere (an older kernel, not Linux) the call fails
+    and nothing changes. SANDBOX_HUGE_PAGES=0 turns it off."""
     if os.environ.get(HUGE_PAGES_ENV) == "0":
         return 0
     try:
