@@ -105,7 +105,6 @@ def test_a_warm_zygote_preloads_when_idle_once_a_run_needed_it(clean, monkeypatc
 _USER = """
 import os, sys, time
 import psutil
-import pytest
 import torch.distributed as dist
 from sandbox import launch, warm
 
