@@ -65,14 +65,13 @@ def _module_file(name: str) -> str | None:
     return spec.origin if spec is not None and spec.has_location else None
 
 
-def needed(target: dict, modules=()) -> bool:
-    """Does the code this run runs mention what imports PRELOAD? Read from the script's or module's source, or the
-    bytes of a function sent by value (cloudpickle keeps the names it refers to), and from the source of the
-    modules the run asks to import before the fork (a catalogue run's target is a small runner; its bug module is
-    the code); a file that cannot be read is read as no (its run imports what it needs itself, as without a
-    preload)."""
-    if target.get("fn_bytes") and NEEDS_PRELOAD.search(target["fn_bytes"]):
-        return True
+def _code(target: dict, modules=()):
+    """The code a run runs, as bytes, one piece at a time: the bytes of a function sent by value (cloudpickle keeps
+    the names it refers to), the source of its script or module, and of the modules the run asks to import before
+    the fork (a catalogue run's target is a small runner; its bug module is the code). A file that cannot be read is
+    left out (its run imports what it needs itself, as without a preload)."""
+    if target.get("fn_bytes"):
+        yield target["fn_bytes"]
     names = list(modules)
     path = target.get("path")
     if path is None and not target.get("fn_bytes"):
@@ -83,12 +82,45 @@ def needed(target: dict, modules=()) -> bool:
             paths.append(_module_file(name))
         except (ImportError, ValueError):  # a malformed name: the run reports it itself
             continue
-    return any(_mentions_preload(p) for p in paths)
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                yield f.read()
+        except (OSError, TypeError):  # no source to read (a built-in or compiled module, a vanished file)
+            continue
 
 
-def _mentions_preload(path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return bool(NEEDS_PRELOAD.search(f.read()))
-    except (OSError, TypeError):  # no source to read (a built-in or compiled module, a vanished file)
-        return False
+def needed(target: dict, modules=()) -> bool:
+    """Does the code this run runs (`_code`) mention what imports PRELOAD?"""
+    return any(NEEDS_PRELOAD.search(code) for code in _code(target, modules))
+
+
+# Libraries a run's own module imports, which a warm zygote imports once it is idle, so that the runs after it fork
+# with them in place: each run's zygote imports the user's module afresh (edits to it are seen), and with it these
+# again. pytest: a function launched from a test module (the pytest plugin's way) made its run's zygote import
+# pytest every time, 143 ms of the 254 ms that `import test_api` costs after torch (2 cores, -X importtime); 60 of
+# the quick tier's 347 runs. Each is imported only in a warm zygote, starts no thread, and holds no state a run
+# could see.
+LIBRARIES = {"pytest": re.compile(rb"^[ \t]*(?:import|from)[ \t]+pytest\b", re.M)}
+# what every launcher's module imports (`from sandbox import launch`): the sandbox's own, imported by a warm zygote
+# when idle whatever the run
+OURS = ("sandbox.launcher",)
+
+
+def libraries(target: dict, modules=()) -> list[str]:
+    """The LIBRARIES the code this run runs (`_code`) imports."""
+    code = list(_code(target, modules))
+    return [name for name, pattern in LIBRARIES.items() if any(pattern.search(c) for c in code)]
+
+
+def import_quietly(names) -> bool:
+    """Import those of `names` not imported yet; a failure is left to the run that needs it. Whether any was new."""
+    new = False
+    for name in names:
+        if name not in sys.modules:
+            new = True
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001  only a head start: a run that needs it imports it, and reports why not
+                pass
+    return new

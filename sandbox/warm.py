@@ -113,14 +113,16 @@ class _Warm:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def fork_run(self, spec_path: str, environ: dict, log_path: str, interrupted, preload: bool = False) -> Handle:
+    def fork_run(self, spec_path: str, environ: dict, log_path: str, interrupted, preload: bool = False,
+                 libraries: list | tuple = ()) -> Handle:
         """Ask for one run; returns once the warm zygote forked it (the first time, once it has imported torch).
         `interrupted()` is polled meanwhile: if it turns true the warm zygote is ended (and KeyboardInterrupt
         raised), since whatever it was about to fork must not start. `preload`: the run's code needs the preload
-        (`sandbox.preload.needed`); from then on the warm zygote imports it when idle, for the runs after."""
+        (`sandbox.preload.needed`); from then on the warm zygote imports it when idle, for the runs after, and so
+        the `libraries` the run's code imports (`sandbox.preload.libraries`)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         req = {"spec": spec_path, "cwd": os.getcwd(), "environ": environ, "log": log_path, "preload": preload,
-               "launcher": os.getpid()}
+               "libraries": list(libraries), "launcher": os.getpid()}
         try:
             socket.send_fds(self.sock, [json.dumps(req).encode()], [theirs.fileno()])
         finally:
@@ -228,14 +230,15 @@ _lock = threading.Lock()
 _warm: _Warm | None = None
 
 
-def fork_run(env: dict, spec_path: str, log_path: str, interrupted, preload: bool = False) -> Handle:
+def fork_run(env: dict, spec_path: str, log_path: str, interrupted, preload: bool = False,
+             libraries: list | tuple = ()) -> Handle:
     """A run forked by this process's warm zygote (started now if there is none, or if it died); `preload`: its
-    code needs the preload (see `_Warm.fork_run`)."""
+    code needs the preload, `libraries`: the ones it imports (see `_Warm.fork_run`)."""
     global _warm
     with _lock:
         _live(env, connect=True)
         try:
-            return _warm.fork_run(spec_path, env, log_path, interrupted, preload)
+            return _warm.fork_run(spec_path, env, log_path, interrupted, preload, libraries)
         except BaseException:
             _warm.close()  # interrupted while it was starting, or broken: nothing of it may stay
             _warm = None

@@ -236,3 +236,30 @@ def test_a_warm_zygote_puts_its_memory_in_huge_pages_when_idle_and_not_when_told
             assert launch(_counter, world_size=3, warm=True).values == [1, 1, 1]  # forked from those pages
         finally:
             warm.shutdown()
+
+
+_PYTEST_SEEN = "import sys\n\n\ndef seen():\n    return 'pytest' in sys.modules\n"
+
+
+def test_a_warm_zygote_imports_when_idle_the_libraries_a_run_imported(clean, tmp_path, monkeypatch):
+    """A function launched from a module that imports pytest (a test module, the pytest plugin's way) made its run's
+    zygote import pytest each time. Once such a run has been asked for, the warm zygote imports pytest when idle
+    (sandbox.preload.LIBRARIES), so the runs after fork with it in place; until then it does not."""
+    (tmp_path / "plain_mod.py").write_text(_PYTEST_SEEN)
+    (tmp_path / "tested_mod.py").write_text("import pytest  # noqa: F401\n" + _PYTEST_SEEN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import plain_mod
+    import tested_mod
+
+    warm.shutdown()
+    try:
+        assert launch(plain_mod.seen, world_size=2, warm=True).values == [False, False]
+        time.sleep(0.5)  # idle: what it imports whatever the run, it has imported by now
+        assert launch(plain_mod.seen, world_size=2, warm=True).values == [False, False]
+        assert launch(tested_mod.seen, world_size=2, warm=True).values == [True, True]  # its own import
+        deadline = time.monotonic() + 30
+        while launch(plain_mod.seen, world_size=2, warm=True).values != [True, True]:
+            assert time.monotonic() < deadline, "the warm zygote did not import pytest once idle"
+            time.sleep(0.2)
+    finally:
+        warm.shutdown()

@@ -73,8 +73,9 @@ class ZygoteProcs(Procs):
         log_path = os.path.join(life.dir, rundir.ZYGOTE_LOG)
         if self.warm:
             # whether its code needs the preload: the warm zygote imports it for later runs once one has
+            code = (self.spec["target"], self.spec.get("preload") or ())
             self.proc = zygotes.fork_run(env, spec_path, log_path, interrupted=lambda: bool(life.held),
-                                         preload=preload.needed(self.spec["target"], self.spec.get("preload") or ()))
+                                         preload=preload.needed(*code), libraries=preload.libraries(*code))
             log.info("run forked by the warm zygote (pid %d) for %d ranks, run directory %s", self.proc.pid, life.n,
                      life.dir)
         else:

@@ -38,6 +38,7 @@ def serve(control: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # runs are reaped by the kernel: no zombies to collect
     needed = False  # has a run needed the preload? Until one has, none is imported: a notebook may never need it
     paged = False  # is the memory the runs fork from in huge pages (`huge_pages`)? Done when idle, after the imports
+    libraries = set(preload.OURS)  # what it imports when idle: the runs' libraries (`preload.libraries`), the launcher
     listener: socket.socket | None = None
     others: list[socket.socket] = []  # the other launchers' connections, accepted on `listener`
     while True:
@@ -48,9 +49,12 @@ def serve(control: socket.socket) -> None:
             with signals_to_main_thread():
                 preload.run()
             paged = False
-        if not paged and not select.select(asking, [], [], 0)[0]:
-            huge_pages()
-            paged = True
+        if not select.select(asking, [], [], 0)[0]:  # idle: the libraries, then the pages
+            with signals_to_main_thread():
+                new = preload.wanted() and preload.import_quietly(libraries)
+            if new or not paged:
+                huge_pages()
+                paged = True
         try:
             ready = select.select(asking, [], [])[0]
         except InterruptedError:  # a signal; select is retried
@@ -80,6 +84,7 @@ def serve(control: socket.socket) -> None:
                 sock.sendall(b'{"pid": 0}\n')
                 continue
             needed = needed or bool(req.get("preload"))
+            libraries.update(req.get("libraries") or ())
             fork_run(req, fds, sock, [control, *([listener] if listener else []), *others])
 
 

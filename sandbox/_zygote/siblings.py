@@ -62,14 +62,18 @@ def serve_siblings(control: socket.socket) -> None:
     me = os.getpid()
     needed = False  # as its warm zygote: no preload until a run has needed it (that run's own zygote imports it)
     paged = False  # as its warm zygote: the memory its runs fork from in huge pages when idle
+    libraries = set(preload.OURS)  # as its warm zygote: imported when idle
     while True:
         if needed and preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
             with signals_to_main_thread():
                 preload.run()
             paged = False
-        if not paged and not select.select([control], [], [], 0)[0]:
-            huge_pages()
-            paged = True
+        if not select.select([control], [], [], 0)[0]:  # idle: the libraries, then the pages
+            with signals_to_main_thread():
+                new = preload.wanted() and preload.import_quietly(libraries)
+            if new or not paged:
+                huge_pages()
+                paged = True
         try:
             msg, fds, _, _ = socket.recv_fds(control, 65536, 1)
         except InterruptedError:
@@ -78,6 +82,7 @@ def serve_siblings(control: socket.socket) -> None:
             os._exit(0)
         req = json.loads(msg)
         needed = needed or bool(req.get("preload"))
+        libraries.update(req.get("libraries") or ())
         if os.fork() == 0:
             try:
                 os.setpgid(0, req["z1"])
