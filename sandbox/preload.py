@@ -100,8 +100,8 @@ def needed(target: dict, modules=()) -> bool:
 # again. pytest: a function launched from a test module (the pytest plugin's way) made its run's zygote import
 # pytest every time, 143 ms of the 254 ms that `import test_api` costs after torch (2 cores, -X importtime); 60 of
 # the quick tier's 347 runs. Each is imported only in a warm zygote, starts no thread, and holds no state a run
-# could see.
-LIBRARIES = {"pytest": re.compile(rb"^[ \t]*(?:import|from)[ \t]+pytest\b", re.M)}
+# could see. A statement that names it: `import pytest`, `import os, pytest`, `from pytest import ...`, not a comment.
+LIBRARIES = {"pytest": re.compile(rb"^[ \t]*(?:from[ \t]+pytest\b|import[ \t][^#\n]*(?<![\w.])pytest\b)", re.M)}
 # what every launcher's module imports (`from sandbox import launch`): the sandbox's own, imported by a warm zygote
 # when idle whatever the run
 OURS = ("sandbox.launcher",)

@@ -138,6 +138,23 @@ def test_what_needs_the_preload(tmp_path, source, needs):
     assert preload.needed({"kind": "func", "fn_bytes": pickle.dumps(source.decode())}) is needs
 
 
+@pytest.mark.parametrize("source, imports", [
+    (b"import pytest\n", True),
+    (b"import os, pytest\n", True),
+    (b"import os, pytest as pt\n", True),
+    (b"    from pytest import fixture\n", True),
+    (b"import pytest_asyncio\n", False),
+    (b"import os  # pytest\n", False),
+    (b"from sandbox import pytest_plugin\n", False),
+    (b"import mypkg.pytest\n", False),
+    (b"x = 'import pytest'\n", False),
+])
+def test_which_libraries_a_run_s_code_imports(tmp_path, source, imports):
+    script = tmp_path / "job.py"
+    script.write_bytes(source)
+    assert preload.libraries({"kind": "script", "path": str(script)}) == (["pytest"] if imports else [])
+
+
 def test_a_modules_source_is_read_without_importing_it(tmp_path, monkeypatch):
     pkg = tmp_path / "jobpkg"
     pkg.mkdir()

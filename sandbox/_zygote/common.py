@@ -9,7 +9,8 @@ import signal
 import socket
 from multiprocessing.connection import Connection
 
-from sandbox._proc import kill_group_but_me, remove_dir
+from sandbox import preload
+from sandbox._proc import huge_pages, kill_group_but_me, remove_dir
 
 PROTO_FD = 1  # the pipe (or socket) to the parent; moved off fd 1 so stray prints cannot corrupt it
 ORPHAN_CHECK_S = 0.25  # how often a zygote waiting for its ranks checks that its launcher is still alive
@@ -50,6 +51,35 @@ def import_shared() -> None:
         from sandbox import trace
 
         trace.install()
+
+
+class IdleWork:
+    """What a warm zygote (and each warm sibling, alike) does between requests, cheapest to a run first: the preload,
+    once a run has needed it (that run imported it itself; later ones fork with it in place); the libraries its runs'
+    code imports (`preload.libraries`) and the sandbox's launcher; then its memory in huge pages (`huge_pages`), again
+    after any import. `waiting()` says a request waits: each step is left for the next idle moment then."""
+
+    def __init__(self) -> None:
+        self.needed = False  # has a run needed the preload? Until one has, none is imported (a notebook may never)
+        self.paged = False  # is the memory the runs fork from in huge pages?
+        self.libraries = set(preload.OURS)
+
+    def asked(self, req: dict) -> None:
+        """A request came: what its run's code needs, for the runs after it."""
+        self.needed = self.needed or bool(req.get("preload"))
+        self.libraries.update(req.get("libraries") or ())
+
+    def do(self, waiting) -> None:
+        if self.needed and preload.wanted() and not preload.done() and not waiting():
+            with signals_to_main_thread():  # as for torch: a thread started inside must leave SIGTERM to this one
+                preload.run()
+            self.paged = False
+        if not waiting():
+            with signals_to_main_thread():
+                new = preload.wanted() and preload.import_quietly(self.libraries)
+            if new or not self.paged:
+                huge_pages()
+                self.paged = True
 
 
 def ending(run_dir: str | None, owns_dir: bool):

@@ -8,11 +8,10 @@ import signal
 import socket
 from multiprocessing.connection import Connection
 
-from sandbox import defaults, preload
-from sandbox._proc import die_with_parent, huge_pages, report_failure
+from sandbox import defaults
+from sandbox._proc import die_with_parent, report_failure
 from sandbox._zygote import common
-from sandbox._zygote.common import (SIBLINGS, WARM_CHILDREN, WARM_SIBLINGS, ending, pid_alive, run_environment,
-                                    signals_to_main_thread)
+from sandbox._zygote.common import SIBLINGS, WARM_CHILDREN, WARM_SIBLINGS, ending, pid_alive, run_environment
 from sandbox._zygote.run import run
 from sandbox._zygote.siblings import start_siblings
 
@@ -36,25 +35,12 @@ def serve(control: socket.socket) -> None:
     the warm zygote and every run it started. {"share": true} with a listening socket attached (`sandbox.warm.share`)
     serves other processes' launchers too: each connects there and asks as above; their runs end with them."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # runs are reaped by the kernel: no zombies to collect
-    needed = False  # has a run needed the preload? Until one has, none is imported: a notebook may never need it
-    paged = False  # is the memory the runs fork from in huge pages (`huge_pages`)? Done when idle, after the imports
-    libraries = set(preload.OURS)  # what it imports when idle: the runs' libraries (`preload.libraries`), the launcher
+    idle = common.IdleWork()  # the preload, the runs' libraries, huge pages: between requests
     listener: socket.socket | None = None
     others: list[socket.socket] = []  # the other launchers' connections, accepted on `listener`
     while True:
         asking = [control, *([listener] if listener else []), *others]
-        if needed and preload.wanted() and not preload.done() and not select.select(asking, [], [], 0)[0]:
-            # idle, after a run that needed it (forked already, it imported it itself): later runs fork with it in
-            # place; as for torch, a thread started inside must leave SIGTERM to the main thread
-            with signals_to_main_thread():
-                preload.run()
-            paged = False
-        if not select.select(asking, [], [], 0)[0]:  # idle: the libraries, then the pages
-            with signals_to_main_thread():
-                new = preload.wanted() and preload.import_quietly(libraries)
-            if new or not paged:
-                huge_pages()
-                paged = True
+        idle.do(lambda: bool(select.select(asking, [], [], 0)[0]))
         try:
             ready = select.select(asking, [], [])[0]
         except InterruptedError:  # a signal; select is retried
@@ -83,8 +69,7 @@ def serve(control: socket.socket) -> None:
                     os.close(fd)
                 sock.sendall(b'{"pid": 0}\n')
                 continue
-            needed = needed or bool(req.get("preload"))
-            libraries.update(req.get("libraries") or ())
+            idle.asked(req)
             fork_run(req, fds, sock, [control, *([listener] if listener else []), *others])
 
 

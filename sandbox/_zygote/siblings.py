@@ -11,9 +11,9 @@ import socket
 import sys
 from multiprocessing.connection import Connection
 
-from sandbox import defaults, preload
-from sandbox._proc import EARLY_EXIT, die_with_parent, huge_pages, report_failure
-from sandbox._zygote.common import import_shared, pid_alive, run_environment, signals_to_main_thread
+from sandbox import defaults
+from sandbox._proc import EARLY_EXIT, die_with_parent, report_failure
+from sandbox._zygote.common import IdleWork, import_shared, pid_alive, run_environment
 from sandbox._zygote.run import fork_ranks, prepare, reap
 from sandbox.nodes import Node
 
@@ -60,20 +60,9 @@ def serve_siblings(control: socket.socket) -> None:
     run's sibling into the run's process group (pid z1, which the launcher ends with the run)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     me = os.getpid()
-    needed = False  # as its warm zygote: no preload until a run has needed it (that run's own zygote imports it)
-    paged = False  # as its warm zygote: the memory its runs fork from in huge pages when idle
-    libraries = set(preload.OURS)  # as its warm zygote: imported when idle
+    idle = IdleWork()  # as its warm zygote's
     while True:
-        if needed and preload.wanted() and not preload.done() and not select.select([control], [], [], 0)[0]:
-            with signals_to_main_thread():
-                preload.run()
-            paged = False
-        if not select.select([control], [], [], 0)[0]:  # idle: the libraries, then the pages
-            with signals_to_main_thread():
-                new = preload.wanted() and preload.import_quietly(libraries)
-            if new or not paged:
-                huge_pages()
-                paged = True
+        idle.do(lambda: bool(select.select([control], [], [], 0)[0]))
         try:
             msg, fds, _, _ = socket.recv_fds(control, 65536, 1)
         except InterruptedError:
@@ -81,8 +70,7 @@ def serve_siblings(control: socket.socket) -> None:
         if not msg:
             os._exit(0)
         req = json.loads(msg)
-        needed = needed or bool(req.get("preload"))
-        libraries.update(req.get("libraries") or ())
+        idle.asked(req)
         if os.fork() == 0:
             try:
                 os.setpgid(0, req["z1"])
