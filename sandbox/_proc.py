@@ -36,6 +36,16 @@ def report_failure(what: str) -> None:
         pass
 
 
+def alive(pid: int) -> bool:
+    """Does process `pid` still run? A zombie (ended, not reaped yet) does not: its sockets are closed, its files
+    written, and it will never answer a signal."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):  # no such process
+        return False
+
+
 def kill_group_but_me() -> None:
     """SIGKILL every other process of this process's group: a run's zygote ending an orphaned run ends its siblings
     and their ranks (which it did not fork, and so cannot reap) before it removes the run directory, so that none

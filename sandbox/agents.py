@@ -35,7 +35,8 @@ import subprocess
 import sys
 import time
 
-from sandbox import defaults, events, netns, policy, rundir
+from sandbox import defaults, events, policy, rundir
+from sandbox._proc import alive
 from sandbox._run import options
 from sandbox._run.lifecycle import Lifecycle
 from sandbox._run.options import UsageError
@@ -162,7 +163,7 @@ class TorchrunProcs(Procs):
         return self.traces.read.get(rank, 0)
 
     def watched(self, tracks: dict) -> dict:
-        return watched(tracks, netns.alive)
+        return watched(tracks, alive)
 
     def over(self, elapsed: float) -> bool | str:
         ended = [i for i, a in self.agents.items() if a.poll() is not None]

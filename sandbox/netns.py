@@ -14,6 +14,8 @@ import subprocess
 import threading
 import time
 
+from sandbox._proc import alive
+
 log = logging.getLogger("sandbox.nodes")
 
 PREFIX = "dsbx"
@@ -84,14 +86,6 @@ def remove(names: list[str]) -> list[str]:
         shutil.rmtree(f"{ETC_DIR}/{ns}", ignore_errors=True)  # what remains is reported on the next line
     left += [f"dir {ETC_DIR}/{ns}" for ns in names if os.path.exists(f"{ETC_DIR}/{ns}")]
     return left
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie owner is as dead as a reaped one
-    except (OSError, IndexError):  # no such process
-        return False
 
 
 def leftovers(owner_pid: int | None = None) -> list[str]:

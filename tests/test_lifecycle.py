@@ -101,6 +101,74 @@ def test_a_flight_request_waits_for_a_replaced_dump(tmp_path):
     assert asks.await_flight(str(tmp_path), before, 60.0)
 
 
+@pytest.fixture
+def ended(tmp_path):
+    """A rank whose process has ended and is not reaped yet (a zombie), as a rank that failed is while its zygote
+    has still to say so: its track, and the Procs that knows it."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # ended; left unreaped
+    t = RankTrack(1)
+    t.feed({"ev": "hello", "rank": 1, "pid": p.pid, "t": 0.0})
+
+    class Known(procs.Procs):
+        def tracks(self, parse=True):
+            return self.known
+
+    known = Known(_Life(str(tmp_path)))
+    known.known = {1: t}
+    yield t, known
+    p.wait(timeout=30)
+
+
+class _Bound:
+    """A cut_short that says "give up" at its `after`-th look: whether a wait reached it tells, without a clock,
+    whether it would have run out its bound."""
+
+    def __init__(self, after: int):
+        self.looks, self.after = 0, after
+
+    def __call__(self) -> bool:
+        self.looks += 1
+        return self.looks >= self.after
+
+    @property
+    def reached(self) -> bool:
+        return self.looks >= self.after
+
+
+def test_a_rank_that_ended_is_gone_and_a_flight_request_does_not_wait_for_it(tmp_path, ended):
+    t, known = ended
+    assert known.gone(1) and not known.gone(0)  # a rank without a known process is not taken for gone
+    assert known.signal([t], signal.SIGUSR2) == [1]  # a zombie takes the signal, and will never answer it
+    before = asks.flight_stamps(str(tmp_path), [1])
+    bound = _Bound(100)
+    assert asks.await_flight(str(tmp_path), before, 60.0, cut_short=bound, gone=known.gone) == set()
+    assert bound.looks == 0  # the first look saw it gone
+    bound = _Bound(3)  # the wait as it was: for a dump that never comes, to its bound
+    assert asks.await_flight(str(tmp_path), before, 60.0, cut_short=bound) == set() and bound.reached
+
+
+def test_a_stack_request_waits_for_the_live_ranks_not_for_one_that_ended_without_a_stack(tmp_path, dumper, ended):
+    t, known = ended
+    live = dumper(0)
+    known.known[0] = live
+    asked = known.signal([live, t], signal.SIGUSR1)
+    assert asked == [0, 1]
+    bound = _Bound(500)
+    assert not asks.await_stacks(str(tmp_path), asked, {}, 60.0, cut_short=bound, gone=known.gone)  # not all came
+    assert not bound.reached and "waiting_here" in asks.read_stack(str(tmp_path), 0, None)
+    bound = _Bound(3)
+    assert not asks.await_stacks(str(tmp_path), asked, {}, 60.0, cut_short=bound) and bound.reached
+
+
+def test_a_stack_written_by_a_rank_before_it_ended_counts(tmp_path, ended):
+    t, known = ended
+    with open(rundir.stack(str(tmp_path), 1), "w") as f:
+        f.write("Thread 0x1 (most recent call first):\n  File \"job.py\", line 3 in main\n")
+    bound = _Bound(500)
+    assert asks.await_stacks(str(tmp_path), [1], {}, 60.0, cut_short=bound, gone=known.gone) and not bound.reached
+
+
 def test_both_launchers_are_the_one_lifecycle():
     assert issubclass(launcher.Run, lifecycle.Lifecycle) and issubclass(agents.AgentsRun, lifecycle.Lifecycle)
     assert issubclass(agents.TorchrunProcs, procs.Procs)

@@ -21,6 +21,9 @@ class _Ranks(ZygoteProcs):
     def poll(self, wait: float) -> bool:
         return False
 
+    def gone(self, rank: int) -> bool:
+        return False  # pretend processes: live until the signals recorded say otherwise
+
 
 def test_a_rank_is_asked_for_its_stack_only_once_its_recorder_dump_is_written(tmp_path, monkeypatch):
     """faulthandler's dump of every thread (SIGUSR1) reads the other threads' Python frames without the GIL, and a

@@ -61,18 +61,24 @@ def read_stack(run_dir: str, rank: int, since: Mark | None) -> str | None:
 
 
 def await_stacks(run_dir: str, ranks: list[int], marks: dict[int, Mark], wait: float,
-                 cut_short: Callable[[], bool] = lambda: False) -> bool:
+                 cut_short: Callable[[], bool] = lambda: False, gone: Callable[[int], bool] = lambda r: False) -> bool:
     """Wait, at most `wait` s, until every rank asked has written a stack past its mark and its file has stopped
-    growing (a dump of many threads is written in pieces). True if all came. `cut_short()`: give up now."""
+    growing (a dump of many threads is written in pieces). True if all came. `cut_short()`: give up now. `gone(r)`:
+    rank r's process has ended; if it wrote no stack by then, it never will, and is not waited for."""
     paths = {r: rundir.stack(run_dir, r) for r in ranks}
-    deadline, sizes = time.monotonic() + wait, None
+    deadline, sizes, came = time.monotonic() + wait, None, True
     while paths and time.monotonic() < deadline and not cut_short():
+        ended = {r for r in paths if gone(r)}  # asked first: what a rank wrote before it ended is read below
         now = {r: _past(p, marks.get(r)) for r, p in paths.items()}
+        for r in ended:
+            if not now[r]:
+                came = False
+                del paths[r], now[r]
         if all(now.values()) and now == sizes:
-            return True
+            return came
         sizes = now
         time.sleep(LOOK_S)
-    return not paths
+    return came and not paths
 
 
 def flight_stamps(run_dir: str, ranks) -> dict[int, tuple | None]:
@@ -85,14 +91,16 @@ def flight_stamps(run_dir: str, ranks) -> dict[int, tuple | None]:
 
 
 def await_flight(run_dir: str, before: dict[int, tuple | None], wait: float,
-                 cut_short: Callable[[], bool] = lambda: False) -> set[int]:
-    """Wait, at most `wait` s, until every rank asked has replaced its dump; returns the ranks that did.
-    `cut_short()`: give up now."""
+                 cut_short: Callable[[], bool] = lambda: False,
+                 gone: Callable[[int], bool] = lambda r: False) -> set[int]:
+    """Wait, at most `wait` s, until every rank asked has replaced its dump, or ended (`gone(r)`: its process has
+    ended, and will never write one); returns the ranks that did replace it. `cut_short()`: give up now."""
     deadline = time.monotonic() + wait
     while True:
+        ended = {r for r in before if gone(r)}  # asked first: a dump a rank wrote before it ended is read below
         now = flight_stamps(run_dir, before)
         new = {r for r in before if now[r] is not None and now[r] != before[r]}
-        if len(new) == len(before) or time.monotonic() >= deadline or cut_short():
+        if len(new | ended) == len(before) or time.monotonic() >= deadline or cut_short():
             return new
         time.sleep(LOOK_S)
 

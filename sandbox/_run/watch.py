@@ -88,7 +88,7 @@ class Watching:
         before = asks.flight_stamps(self.dir, [t.rank for t in armed])
         when, read = time.time(), {t.rank: self.procs.lines_read(t.rank) for t in armed}  # before the signal
         asked = {r: before[r] for r in self.procs.signal(armed, signal.SIGUSR2)}
-        for r in asks.await_flight(self.dir, asked, asks.FLIGHT_WAIT_S,
+        for r in asks.await_flight(self.dir, asked, asks.FLIGHT_WAIT_S, gone=self.procs.gone,
                                    cut_short=lambda: bool(self.held) and self.stopped_for != INTERRUPTED):
             self.dump_asked[r] = (when, read[r])  # taken after the signal, when the rank had written no more
 
@@ -98,7 +98,7 @@ class Watching:
         if live:
             log.info("asking ranks %s for their Python stacks", [t.rank for t in live])
         asked = self.procs.signal(live, signal.SIGUSR1)
-        asks.await_stacks(self.dir, asked, self.stack_from, wait,
+        asks.await_stacks(self.dir, asked, self.stack_from, wait, gone=self.procs.gone,
                           cut_short=lambda: bool(self.held) and self.stopped_for != INTERRUPTED)
 
     # ------------------------------------------------------------------------------------------- the watchdog
